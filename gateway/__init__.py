@@ -1,0 +1,3 @@
+"""kafka-gateway: a Kafka protocol gateway with cluster-wide feature gating."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,141 @@
+"""``kafka-gateway``: the command line. Parses flags, loads the config, runs the server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from .config import Config, ConfigError, HostPort, load_config
+from .observability.logging import configure_logging, get_logger
+
+EPILOG = """\
+examples:
+  kafka-gateway
+      start a local ZooKeeper and Tansu broker and a gateway in front of them
+      (the embedded default); clients connect to the printed address
+  kafka-gateway --listen 0.0.0.0:9092 --upstream broker-0:9093 --advertised-host gw-0.example
+      sidecar: forward to one broker, tell clients to come back to gw-0.example:9092
+  kafka-gateway --mode cluster --listen 0.0.0.0:9092 --upstream kafka:9092 \\
+                --advertised-host gw.example
+      cluster: bootstrap on 9092, one listener per broker on 9093+node_id
+  kafka-gateway --config conf/gateway.toml --metrics-listen 0.0.0.0:9404
+
+Every flag can also be set in the TOML file given with --config (see conf/gateway.toml);
+flags win over the file. Exit codes: 0 stopped cleanly, 2 invalid flags or config,
+1 failed at run time.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kafka-gateway",
+        description="A Kafka protocol gateway: forwards the Kafka wire protocol to real "
+        "brokers and rewrites broker addresses so clients always come back through it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="where clients connect [127.0.0.1:9092]")
+    p.add_argument(
+        "--upstream",
+        metavar="HOST:PORT",
+        help="the broker (sidecar) or a bootstrap broker (cluster); omit to start "
+        "a local ZooKeeper and broker",
+    )
+    p.add_argument(
+        "--advertised-host",
+        metavar="HOST",
+        help="host name clients are told to use for this gateway [listen host]",
+    )
+    p.add_argument("--mode", choices=["sidecar", "cluster"], help="routing mode [sidecar]")
+    p.add_argument(
+        "--zookeeper",
+        metavar="CONNECT",
+        help="ZooKeeper connect string for finalized features (host:port[,...])",
+    )
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        metavar="N",
+        help="close connections that send larger frames [104857600, like Kafka]",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["auto", "json", "console"],
+        help="log rendering [auto: console on a TTY, else JSON]",
+    )
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {
+        "listen": args.listen,
+        "upstream": args.upstream,
+        "advertised_host": args.advertised_host,
+        "mode": args.mode,
+        "zookeeper": args.zookeeper,
+        "metrics_listen": args.metrics_listen,
+        "max_frame_bytes": args.max_frame_bytes,
+        "log_format": args.log_format,
+        "log_level": args.log_level,
+    }
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"kafka-gateway: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_format, config.log_level)
+    try:
+        return run(config)
+    except KeyboardInterrupt:
+        return 0
+
+
+def run(config: Config) -> int:
+    import uvloop
+
+    from .server.app import Gateway
+    from .server.embedded import EmbeddedError, LocalStack, default_workdir
+
+    log = get_logger("gateway")
+    stack: LocalStack | None = None
+    if config.upstream is None:
+        stack = LocalStack(default_workdir())
+        try:
+            stack.start()
+        except EmbeddedError as exc:
+            log.error("embedded.failed", error=str(exc))
+            stack.stop()
+            return 1
+        config = replace(
+            config,
+            upstream=HostPort("127.0.0.1", stack.broker_port),
+            zookeeper=config.zookeeper or stack.zookeeper,
+        )
+    try:
+        gateway = Gateway(config)
+        if stack is not None:
+            print(
+                f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
+                f"  (bootstrap.servers={config.advertised}:{config.listen.port})\n"
+                f"  broker (Tansu): {stack.broker}   ZooKeeper: {stack.zookeeper}\n"
+                f"  logs and data: {stack.workdir}\n  Ctrl-C stops everything.\n",
+                file=sys.stderr,
+                flush=True,
+            )
+        uvloop.run(gateway.serve_forever())
+    except OSError as exc:
+        log.error("gateway.failed", error=str(exc))
+        return 1
+    finally:
+        if stack is not None:
+            stack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The gateway's one validated configuration: TOML file, then command-line flags on top.
+
+Every setting lives in ``Config``; ``load_config`` gathers file and flags and validates
+once, raising ``ConfigError`` with the offending key and the reason. Nothing else in
+the gateway reads files, flags or the environment for settings.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from .protocol import DEFAULT_MAX_FRAME_BYTES
+
+Mode = Literal["sidecar", "cluster"]
+LogFormat = Literal["auto", "json", "console"]
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the key and says why."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"invalid config: {key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    # Where clients connect. In cluster mode this is the bootstrap listener.
+    listen: HostPort = HostPort("127.0.0.1", 9092)
+    # The broker (sidecar) or any bootstrap broker of the cluster (cluster mode).
+    # None means: start a local ZooKeeper and Tansu broker (the embedded default).
+    upstream: HostPort | None = None
+    # The host clients are told to use for this gateway; defaults to the listen host.
+    advertised_host: str | None = None
+    mode: Mode = "sidecar"
+    zookeeper: str | None = None
+    metrics_listen: HostPort | None = None
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    upstream_connect_timeout_s: float = 10.0
+    # How long SIGTERM waits for in-flight requests before closing connections.
+    drain_timeout_s: float = 30.0
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+    # Sidecar mode: the node id of the broker this gateway stands beside (None: any
+    # broker not listed in ``peers`` is taken to be ours), and where the gateways of the
+    # other brokers are reached ({node_id: "host:port"}).
+    node_id: int | None = None
+    peers: dict[int, HostPort] = field(default_factory=dict)
+    # Cluster mode: one listener per broker at ``port_base + node_id`` unless ``ports``
+    # names the port for that node id.
+    port_base: int | None = None
+    ports: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.listen.host
+
+    def cluster_port(self, node_id: int) -> int:
+        if node_id in self.ports:
+            return self.ports[node_id]
+        base = self.port_base if self.port_base is not None else self.listen.port + 1
+        return base + node_id
+
+
+def parse_host_port(key: str, value: object, default_host: str | None = None) -> HostPort:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"expected 'HOST:PORT', got {value!r}")
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        if default_host is None:
+            raise ConfigError(key, f"expected 'HOST:PORT', got {value!r}")
+        host, port_text = default_host, value
+    host = host.strip("[]")
+    if not host:
+        raise ConfigError(key, f"missing host in {value!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(key, f"port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(key, f"port {port} is outside 0-65535")
+    return HostPort(host, port)
+
+
+_FILE_KEYS = {f.name for f in fields(Config)}
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read ``path`` (TOML) if given, apply ``overrides`` (flags, None = not given), validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError("--config", f"file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None
+    raw = _flatten(raw)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            raw[key] = value
+    return _build(raw)
+
+
+def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
+    """Accept the documented table layout ([sidecar], [cluster], [log]) as flat keys."""
+    flat = dict(raw)
+    for table, prefix in (("log", "log_"), ("sidecar", ""), ("cluster", "")):
+        section = flat.pop(table, None)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ConfigError(table, "expected a table")
+        for key, value in section.items():
+            flat[prefix + key] = value
+    return flat
+
+
+def _build(raw: dict[str, Any]) -> Config:
+    unknown = sorted(set(raw) - _FILE_KEYS)
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown setting (known: {', '.join(sorted(_FILE_KEYS))})")
+    cfg = Config()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        values[key] = _convert(key, value)
+    cfg = replace(cfg, **values)
+    _validate(cfg)
+    return cfg
+
+
+def _convert(key: str, value: Any) -> Any:
+    if key in ("listen", "metrics_listen"):
+        return parse_host_port(key, value, default_host="127.0.0.1" if key == "listen" else None)
+    if key == "upstream":
+        return parse_host_port(key, value)
+    if key in ("max_frame_bytes", "node_id", "port_base"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if key in ("upstream_connect_timeout_s", "drain_timeout_s"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number of seconds, got {value!r}")
+        return float(value)
+    if key == "peers":
+        return {_node_id(key, k): parse_host_port(f"{key}.{k}", v) for k, v in _table(key, value)}
+    if key == "ports":
+        out = {}
+        for k, v in _table(key, value):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
+                raise ConfigError(f"{key}.{k}", f"expected a port 1-65535, got {v!r}")
+            out[_node_id(key, k)] = v
+        return out
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    return value
+
+
+def _table(key: str, value: Any) -> list[tuple[Any, Any]]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, "expected a table of node id = value")
+    return list(value.items())
+
+
+def _node_id(key: str, raw: Any) -> int:
+    try:
+        node_id = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}.{raw}", "node ids are integers") from None
+    if node_id < 0:
+        raise ConfigError(f"{key}.{raw}", "node ids are >= 0")
+    return node_id
+
+
+def _validate(cfg: Config) -> None:
+    if cfg.mode not in ("sidecar", "cluster"):
+        raise ConfigError("mode", f"must be 'sidecar' or 'cluster', got {cfg.mode!r}")
+    if cfg.log_format not in ("auto", "json", "console"):
+        raise ConfigError("log_format", f"must be auto, json or console, got {cfg.log_format!r}")
+    if cfg.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(
+            "log_level", f"must be debug, info, warning or error, got {cfg.log_level!r}"
+        )
+    # Kafka's own frames can't be smaller than a header, and a size field is an int32.
+    if not 64 <= cfg.max_frame_bytes <= 2**31 - 1:
+        raise ConfigError(
+            "max_frame_bytes", f"must be between 64 and 2147483647, got {cfg.max_frame_bytes}"
+        )
+    for key in ("upstream_connect_timeout_s", "drain_timeout_s"):
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(key, "must be > 0")
+    if cfg.advertised in ("0.0.0.0", "::"):
+        raise ConfigError(
+            "advertised_host", "the listener binds all interfaces; set the host clients should use"
+        )
+    if cfg.mode == "cluster" and cfg.port_base is not None and not 1 <= cfg.port_base <= 65535:
+        raise ConfigError("port_base", f"must be a port, got {cfg.port_base}")

@@ -1,0 +1,1 @@
+"""Interceptors: one module per API (or concern) the gateway decodes instead of forwarding."""

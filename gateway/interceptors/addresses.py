@@ -1,0 +1,115 @@
+"""Broker address rewriting, so clients always come back through a gateway.
+
+Every response that names a broker's host and port is rewritten: Metadata (brokers),
+FindCoordinator (v0-3 single coordinator, v4+ batched), DescribeCluster (brokers), and
+the KIP-951 NodeEndpoints tagged field of Produce (v10+), Fetch (v16+), ShareFetch and
+ShareAcknowledge. One mechanism serves them all: in kio's types an endpoint is any
+record with a node id, ``host`` and ``port``, found at the top level or in a tuple
+field of the response.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from functools import cache
+from typing import Any, Protocol
+
+from kio.static.primitive import i32
+
+from ..protocol import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from ._codec import decode_response, encode_response
+
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+
+# api key -> first version whose response carries broker addresses.
+REWRITTEN_RESPONSES: dict[int, int] = {
+    METADATA: 0,
+    FIND_COORDINATOR: 0,
+    DESCRIBE_CLUSTER: 0,
+    PRODUCE: 10,
+    FETCH: 16,
+    SHARE_FETCH: 0,
+    SHARE_ACKNOWLEDGE: 0,
+}
+
+_NODE_ID_FIELDS = ("node_id", "broker_id")
+
+
+class AddressBook(Protocol):
+    """Maps a broker, as the upstream advertises it, to the gateway address clients use."""
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]: ...
+
+
+def needs_rewrite(api_key: int, api_version: int) -> bool:
+    first = REWRITTEN_RESPONSES.get(api_key)
+    return first is not None and api_version >= first
+
+
+def rewrite_response(
+    api_key: int, api_version: int, body: bytes | memoryview, book: AddressBook
+) -> bytes:
+    """Return the response body with every broker endpoint replaced by its gateway address."""
+    message = decode_response(api_key, api_version, body)
+    rewritten = _rewrite(message, book)
+    if rewritten is message:
+        return bytes(body)
+    return encode_response(rewritten)
+
+
+def _rewrite(entity: Any, book: AddressBook) -> Any:
+    changes: dict[str, Any] = {}
+    node_field = _endpoint_node_field(type(entity))
+    if node_field is not None:
+        node_id = getattr(entity, node_field)
+        # A coordinator lookup that failed carries node -1 and an empty host: keep it.
+        if node_id >= 0 and entity.host:
+            host, port = book.advertise(node_id, entity.host, entity.port)
+            if (host, port) != (entity.host, entity.port):
+                changes["host"] = host
+                changes["port"] = i32(port)
+    for name in _endpoint_tuple_fields(type(entity)):
+        items = getattr(entity, name)
+        new_items = tuple(_rewrite(item, book) for item in items)
+        if any(new is not old for new, old in zip(new_items, items, strict=True)):
+            changes[name] = new_items
+    return dataclasses.replace(entity, **changes) if changes else entity
+
+
+@cache
+def _endpoint_node_field(cls: type) -> str | None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    if "host" not in names or "port" not in names:
+        return None
+    return next((n for n in _NODE_ID_FIELDS if n in names), None)
+
+
+@cache
+def _endpoint_tuple_fields(cls: type) -> tuple[str, ...]:
+    """Names of tuple fields whose element type is (or holds) an endpoint record."""
+    hints = _field_types(cls)
+    found = []
+    for name, element in hints.items():
+        if element is not None and _holds_endpoints(element):
+            found.append(name)
+    return tuple(found)
+
+
+@cache
+def _holds_endpoints(cls: type) -> bool:
+    return _endpoint_node_field(cls) is not None or bool(_endpoint_tuple_fields(cls))
+
+
+def _field_types(cls: type) -> dict[str, type | None]:
+    """For each ``tuple[X, ...]`` field of a kio dataclass, the dataclass X (else None)."""
+
+    hints = typing.get_type_hints(cls)
+    out: dict[str, type | None] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name)
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is tuple and args and dataclasses.is_dataclass(args[0]):
+            out[f.name] = args[0]  # type: ignore[assignment]
+    return out

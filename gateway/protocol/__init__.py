@@ -1,0 +1,68 @@
+"""Sans-I/O Kafka protocol core: bytes in, frames and events out. No sockets here."""
+
+from ._apis import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    ApiSpec,
+    api_name,
+    api_spec,
+    known_api_keys,
+)
+from ._headers import (
+    RequestHeader,
+    frame,
+    parse_request_header,
+    produce_acks,
+    response_body_offset,
+    response_header,
+)
+from ._streams import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DroppedResponse,
+    InFlight,
+    InFlightRequest,
+    Item,
+    ProtocolViolation,
+    RequestFrame,
+    RequestReader,
+    ResponseFrame,
+    ResponseReader,
+)
+from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
+
+__all__ = [
+    "API_VERSIONS",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DESCRIBE_CLUSTER",
+    "FETCH",
+    "FIND_COORDINATOR",
+    "METADATA",
+    "PRODUCE",
+    "ApiSpec",
+    "DroppedResponse",
+    "InFlight",
+    "InFlightRequest",
+    "Incomplete",
+    "Item",
+    "Malformed",
+    "ProtocolViolation",
+    "RequestFrame",
+    "RequestHeader",
+    "RequestReader",
+    "ResponseFrame",
+    "ResponseReader",
+    "api_name",
+    "api_spec",
+    "frame",
+    "known_api_keys",
+    "parse_request_header",
+    "produce_acks",
+    "read_tagged_fields",
+    "response_body_offset",
+    "response_header",
+    "write_tagged_fields",
+]

@@ -1,0 +1,97 @@
+"""Request and response headers, and the one body field the core must read (Produce acks)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ._apis import api_spec
+from ._wire import (
+    INT16,
+    INT32,
+    Incomplete,
+    Malformed,
+    read_classic_string,
+    skip_compact_string,
+    skip_tagged_fields,
+)
+
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    # Offset of the request body within the frame payload (after the header).
+    body_offset: int
+
+
+def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHeader:
+    """Parse a request header v0/v1/v2 from a frame payload (no length prefix).
+
+    The header version follows from the api key and version; keys the gateway does not
+    know are read as header v1, which is what every client sends for them.
+    """
+    if len(payload) < 8:
+        raise Malformed(f"request header needs 8 bytes, frame has {len(payload)}")
+    key, version, correlation_id = _KEY_VERSION_CORRELATION.unpack_from(payload, 0)
+    spec = api_spec(key)
+    header_version = spec.request_header_version(version) if spec else 1
+    if header_version == 0:
+        return RequestHeader(key, version, correlation_id, None, 8)
+    try:
+        client_id, pos = read_classic_string(payload, 8)
+        if header_version == 2:
+            pos = skip_tagged_fields(payload, pos)
+    except Incomplete:
+        raise Malformed("request header is truncated") from None
+    return RequestHeader(key, version, correlation_id, client_id, pos)
+
+
+def produce_acks(payload: bytes | bytearray | memoryview, version: int) -> int:
+    """The ``acks`` of a Produce request payload, reading only as far as that field.
+
+    Raises Incomplete when ``payload`` is a prefix that ends before acks.
+    A Produce request with acks=0 gets no response from Kafka, so the in-flight
+    table must not wait for one.
+    """
+    # Produce v0-v8 use header v1, v9+ header v2 (flexible).
+    pos = 8
+    pos = read_classic_string(payload, pos)[1]
+    flexible = version >= 9
+    if flexible:
+        pos = skip_tagged_fields(payload, pos)
+    if version >= 3:  # transactional_id precedes acks
+        pos = (
+            skip_compact_string(payload, pos) if flexible else read_classic_string(payload, pos)[1]
+        )
+    if pos + 2 > len(payload):
+        raise Incomplete
+    return INT16.unpack_from(payload, pos)[0]
+
+
+def response_header(correlation_id: int, header_version: int) -> bytes:
+    """Encode a response header (v1 carries an empty tagged-field section)."""
+    if header_version == 0:
+        return INT32.pack(correlation_id)
+    return INT32.pack(correlation_id) + b"\x00"
+
+
+def response_body_offset(payload: bytes | bytearray | memoryview, header_version: int) -> int:
+    """Where the body of a response payload starts, after its v0/v1 header."""
+    if len(payload) < 4:
+        raise Malformed("response shorter than its correlation id")
+    if header_version == 0:
+        return 4
+    try:
+        return skip_tagged_fields(payload, 4)
+    except Incomplete:
+        raise Malformed("response header tagged fields are truncated") from None
+
+
+def frame(payload: bytes | bytearray) -> bytes:
+    """Prefix a payload with its 4-byte length."""
+    return INT32.pack(len(payload)) + bytes(payload)

@@ -1,0 +1,388 @@
+"""Sans-I/O splitting of the two byte streams of a proxied Kafka connection.
+
+``RequestReader`` takes bytes from the client, ``ResponseReader`` bytes from the
+upstream broker; both hand back a list whose items are either buffers to forward
+untouched (``bytes``/``memoryview``) or events. Frames nobody asked for are never
+copied into a frame buffer: the reader looks at their first bytes, records them in
+the in-flight table and forwards them (even a 100 MiB fetch streams through in the
+chunks the socket delivered). Only intercepted frames are gathered whole.
+
+Order of the list is the order on the wire; the I/O layer must keep it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
+
+from ._apis import PRODUCE
+from ._headers import RequestHeader, parse_request_header, produce_acks
+from ._wire import Incomplete, Malformed
+
+# Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
+# the connection on a real broker too.
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+_SIZE_KEY_VERSION_CORRELATION = struct.Struct(">ihhi")
+_SIZE_CORRELATION = struct.Struct(">ii")
+
+
+class InFlightRequest:
+    """A request whose response is awaited (or, when ``local`` is set, already made)."""
+
+    __slots__ = ("api_key", "api_version", "context", "correlation_id", "local", "started")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.started = perf_counter()
+        # A response the gateway produced itself; it is released to the client once
+        # every earlier upstream response has gone out, because clients (the Java one
+        # in particular) require responses in request order.
+        self.local: bytes | None = None
+        # Free slot for an interceptor that must remember something about the request
+        # until its response arrives.
+        self.context: object = None
+
+
+class InFlight:
+    """Outstanding requests of one connection, in the order they were sent."""
+
+    __slots__ = ("_entries", "_local_pending")
+
+    def __init__(self) -> None:
+        self._entries: dict[int, InFlightRequest] = {}
+        self._local_pending = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, api_key: int, api_version: int, correlation_id: int) -> InFlightRequest:
+        entry = InFlightRequest(api_key, api_version, correlation_id)
+        self._entries[correlation_id] = entry
+        return entry
+
+    def get(self, correlation_id: int) -> InFlightRequest | None:
+        return self._entries.get(correlation_id)
+
+    def pop_upstream(self, correlation_id: int) -> InFlightRequest | None:
+        """The request an upstream response answers, or None if nothing awaits it."""
+        entry = self._entries.get(correlation_id)
+        if entry is None or entry.local is not None:
+            return None
+        del self._entries[correlation_id]
+        return entry
+
+    def answer_locally(self, entry: InFlightRequest, frame: bytes) -> list[bytes]:
+        """Attach a gateway-made response; return the frames that may go out now."""
+        entry.local = frame
+        self._local_pending += 1
+        return self.release_ready()
+
+    def release_ready(self) -> list[bytes]:
+        """Pop local responses that no longer wait behind an upstream response."""
+        ready: list[bytes] = []
+        entries = self._entries
+        while self._local_pending and entries:
+            first = next(iter(entries.values()))
+            if first.local is None:
+                break
+            del entries[first.correlation_id]
+            self._local_pending -= 1
+            ready.append(first.local)
+        return ready
+
+    @property
+    def has_local_pending(self) -> bool:
+        return self._local_pending > 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    """A whole request an interceptor asked for. ``frame`` includes the length prefix."""
+
+    header: RequestHeader
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFrame:
+    """A whole response an interceptor asked for, with the request it answers."""
+
+    request: InFlightRequest
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedResponse:
+    """An upstream response nobody awaits (e.g. Tansu answering an acks=0 produce)."""
+
+    correlation_id: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolViolation:
+    """The stream cannot be followed any further; the connection must close.
+
+    ``reason`` is a short, bounded metric label (oversize_frame, malformed_frame);
+    ``detail`` is for the log line.
+    """
+
+    reason: str
+    detail: str
+
+
+Item = bytes | memoryview | RequestFrame | ResponseFrame | DroppedResponse | ProtocolViolation
+
+# Decides whether a request must be gathered whole and handed to an interceptor.
+# Called with (api_key, api_version); must be cheap, it runs for every request.
+RequestPolicy = Callable[[int, int], bool]
+
+
+class _Reader:
+    """Shared frame state machine: forward, gather or discard the current frame."""
+
+    __slots__ = (
+        "_drop",
+        "_failed",
+        "_gather",
+        "_gather_left",
+        "_gather_meta",
+        "_head",
+        "_max",
+        "_pass",
+    )
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._max = max_frame_bytes
+        self._pass = 0  # bytes of the current frame still to forward untouched
+        self._drop = 0  # bytes of the current frame still to discard
+        self._gather: bytearray | None = None  # the current frame, gathered whole
+        self._gather_left = 0
+        self._gather_meta: object = None
+        self._head = b""  # start of a frame whose first bytes are not all here yet
+        self._failed = False
+
+    @property
+    def mid_frame(self) -> bool:
+        """True while a frame has started but not ended (e.g. a client aborting mid-request)."""
+        return bool(self._pass or self._drop or self._gather is not None or self._head)
+
+    def feed(self, data: bytes) -> list[Item]:
+        out: list[Item] = []
+        if self._failed or not data:
+            return out
+        n = len(data)
+        # Fast path: the chunk belongs entirely to a frame being forwarded.
+        if self._pass:
+            if self._pass >= n:
+                self._pass -= n
+                out.append(data)
+                if not self._pass:
+                    self._frame_done(out)
+                return out
+            mv = memoryview(data)
+            out.append(mv[: self._pass])
+            pos = self._pass
+            self._pass = 0
+            self._frame_done(out)
+        else:
+            mv = memoryview(data)
+            pos = 0
+            if self._drop:
+                pos = min(self._drop, n)
+                self._drop -= pos
+            elif self._gather is not None:
+                take = min(self._gather_left, n)
+                self._gather += mv[:take]
+                self._gather_left -= take
+                pos = take
+                if not self._gather_left:
+                    self._emit_gathered(out)
+            elif self._head:
+                data = self._head + data
+                self._head = b""
+                mv = memoryview(data)
+                n = len(data)
+        if pos < n:
+            self._split(data, mv, pos, out)
+        return out
+
+    def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
+        raise NotImplementedError
+
+    def _frame_done(self, out: list[Item]) -> None:
+        """Hook run when a forwarded frame has fully gone out."""
+
+    def _emit_gathered(self, out: list[Item]) -> None:
+        raise NotImplementedError
+
+    def _fail(self, out: list[Item], reason: str, detail: str) -> None:
+        self._failed = True
+        out.append(ProtocolViolation(reason, detail))
+
+    def _check_size(self, size: int, minimum: int, out: list[Item]) -> bool:
+        if size > self._max:
+            self._fail(
+                out, "oversize_frame", f"frame of {size} bytes exceeds max_frame_bytes={self._max}"
+            )
+            return False
+        if size < minimum:
+            self._fail(out, "malformed_frame", f"frame of {size} bytes is shorter than a header")
+            return False
+        return True
+
+    def _start_gather(
+        self, mv: memoryview, pos: int, end: int, n: int, meta: object, out: list[Item]
+    ) -> int:
+        """Gather the frame at ``pos``; return the position after what was consumed."""
+        self._gather_meta = meta
+        if end <= n:
+            self._gather = bytearray(mv[pos:end])
+            self._gather_left = 0
+            self._emit_gathered(out)
+            return end
+        self._gather = bytearray(mv[pos:n])
+        self._gather_left = end - n
+        return n
+
+
+class RequestReader(_Reader):
+    """Client → upstream. Records every request that expects a response."""
+
+    __slots__ = ("_inflight", "_intercept")
+
+    def __init__(
+        self,
+        inflight: InFlight,
+        intercept: RequestPolicy | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        super().__init__(max_frame_bytes)
+        self._inflight = inflight
+        self._intercept = intercept
+
+    def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
+        n = len(data)
+        span = pos  # start of a run of whole pass-through frames, forwarded as one slice
+        inflight = self._inflight
+        intercept = self._intercept
+        while n - pos >= 12:
+            size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(mv, pos)
+            if not self._check_size(size, 8, out):
+                return
+            end = pos + 4 + size
+            if intercept is not None and intercept(key, version):
+                if span < pos:
+                    out.append(mv[span:pos])
+                pos = span = self._start_gather(mv, pos, end, n, None, out)
+                if self._failed or self._gather is not None:
+                    return
+                continue
+            if key == PRODUCE:
+                try:
+                    expects_response = produce_acks(mv[pos + 4 : min(end, n)], version) != 0
+                except Incomplete:
+                    if end <= n:
+                        self._fail(out, "malformed_frame", "produce request ends before acks")
+                        return
+                    break  # wait for the rest of the header
+                except Malformed as exc:
+                    self._fail(out, "malformed_frame", f"produce request: {exc}")
+                    return
+            else:
+                expects_response = True
+            if expects_response:
+                inflight.add(key, version, correlation_id)
+            if end > n:
+                self._pass = end - n
+                pos = n
+                break
+            pos = end
+        if span < pos:
+            out.append(mv[span:pos])
+        if pos < n:
+            self._head = bytes(mv[pos:])
+
+    def _emit_gathered(self, out: list[Item]) -> None:
+        frame = bytes(self._gather or b"")
+        self._gather = None
+        try:
+            header = parse_request_header(memoryview(frame)[4:])
+        except Malformed as exc:
+            self._fail(out, "malformed_frame", f"request header: {exc}")
+            return
+        out.append(RequestFrame(header, frame))
+
+
+class ResponseReader(_Reader):
+    """Upstream → client. Matches responses to in-flight requests by correlation id."""
+
+    __slots__ = ("_inflight", "_intercept")
+
+    def __init__(
+        self,
+        inflight: InFlight,
+        intercept: Callable[[InFlightRequest], bool] | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        super().__init__(max_frame_bytes)
+        self._inflight = inflight
+        self._intercept = intercept
+
+    def _frame_done(self, out: list[Item]) -> None:
+        if self._inflight.has_local_pending:
+            out.extend(self._inflight.release_ready())
+
+    def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
+        n = len(data)
+        span = pos
+        inflight = self._inflight
+        intercept = self._intercept
+        while n - pos >= 8:
+            size, correlation_id = _SIZE_CORRELATION.unpack_from(mv, pos)
+            if not self._check_size(size, 4, out):
+                return
+            end = pos + 4 + size
+            entry = inflight.pop_upstream(correlation_id)
+            if entry is None or (intercept is not None and intercept(entry)):
+                if span < pos:
+                    out.append(mv[span:pos])
+                if entry is None:
+                    out.append(DroppedResponse(correlation_id, size))
+                    if end > n:
+                        self._drop = end - n
+                        pos = span = n
+                        break
+                    pos = span = end
+                    continue
+                pos = span = self._start_gather(mv, pos, end, n, entry, out)
+                if self._gather is not None:
+                    return
+                continue
+            if end > n:
+                self._pass = end - n
+                pos = n
+                break
+            pos = end
+            if inflight.has_local_pending:
+                out.append(mv[span:pos])
+                span = pos
+                self._frame_done(out)
+        if span < pos:
+            out.append(mv[span:pos])
+        if pos < n:
+            self._head = bytes(mv[pos:])
+
+    def _emit_gathered(self, out: list[Item]) -> None:
+        frame = bytes(self._gather or b"")
+        entry = self._gather_meta
+        self._gather = None
+        self._gather_meta = None
+        assert isinstance(entry, InFlightRequest)
+        out.append(ResponseFrame(entry, frame))
+        self._frame_done(out)

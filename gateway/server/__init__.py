@@ -1,0 +1,1 @@
+"""The only layer with sockets: listeners, connection pairs, lifecycle."""

