@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ._apis import api_spec
+from ._apis import CONTROLLED_SHUTDOWN, api_spec
 from ._wire import (
     INT16,
     INT32,
@@ -39,7 +39,12 @@ def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHead
         raise Malformed(f"request header needs 8 bytes, frame has {len(payload)}")
     key, version, correlation_id = _KEY_VERSION_CORRELATION.unpack_from(payload, 0)
     spec = api_spec(key)
-    header_version = spec.request_header_version(version) if spec else 1
+    if spec is not None:
+        header_version = spec.request_header_version(version)
+    else:
+        # kio has no ControlledShutdown schemas (Kafka 4 removed the API), so the one
+        # header v0 case must be recognised without a spec.
+        header_version = 0 if key == CONTROLLED_SHUTDOWN and version == 0 else 1
     if header_version == 0:
         return RequestHeader(key, version, correlation_id, None, 8)
     try:

@@ -51,14 +51,18 @@ class InFlightRequest:
 class InFlight:
     """Outstanding requests of one connection, in the order they were sent."""
 
-    __slots__ = ("_entries", "_local_pending")
+    __slots__ = ("_entries", "_local_pending", "_receiving")
 
     def __init__(self) -> None:
         self._entries: dict[int, InFlightRequest] = {}
         self._local_pending = 0
+        # True while an upstream response has been matched but has not fully gone out
+        # (it spans several reads): no local response may be released in its middle.
+        self._receiving = False
 
     def __len__(self) -> int:
-        return len(self._entries)
+        # A response still arriving counts: its request is not answered yet.
+        return len(self._entries) + self._receiving
 
     def add(self, api_key: int, api_version: int, correlation_id: int) -> InFlightRequest:
         entry = InFlightRequest(api_key, api_version, correlation_id)
@@ -85,6 +89,8 @@ class InFlight:
     def release_ready(self) -> list[bytes]:
         """Pop local responses that no longer wait behind an upstream response."""
         ready: list[bytes] = []
+        if self._receiving:
+            return ready
         entries = self._entries
         while self._local_pending and entries:
             first = next(iter(entries.values()))
@@ -98,6 +104,15 @@ class InFlight:
     @property
     def has_local_pending(self) -> bool:
         return self._local_pending > 0
+
+    def begin_receiving(self) -> None:
+        """The response just matched by ``pop_upstream`` continues in later reads."""
+        self._receiving = True
+
+    def end_receiving(self) -> list[bytes]:
+        """That response has fully gone out; return the local responses now free."""
+        self._receiving = False
+        return self.release_ready() if self._local_pending else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +218,8 @@ class _Reader:
                 pos = take
                 if not self._gather_left:
                     self._emit_gathered(out)
+                    if self._failed:
+                        return out
             elif self._head:
                 data = self._head + data
                 self._head = b""
@@ -225,16 +242,13 @@ class _Reader:
         self._failed = True
         out.append(ProtocolViolation(reason, detail))
 
-    def _check_size(self, size: int, minimum: int, out: list[Item]) -> bool:
+    def _size_problem(self, size: int, minimum: int) -> tuple[str, str] | None:
+        """(reason, detail) when a frame's size field rules it out, else None."""
         if size > self._max:
-            self._fail(
-                out, "oversize_frame", f"frame of {size} bytes exceeds max_frame_bytes={self._max}"
-            )
-            return False
+            return "oversize_frame", f"frame of {size} bytes exceeds max_frame_bytes={self._max}"
         if size < minimum:
-            self._fail(out, "malformed_frame", f"frame of {size} bytes is shorter than a header")
-            return False
-        return True
+            return "malformed_frame", f"frame of {size} bytes is shorter than a header"
+        return None
 
     def _start_gather(
         self, mv: memoryview, pos: int, end: int, n: int, meta: object, out: list[Item]
@@ -273,7 +287,11 @@ class RequestReader(_Reader):
         intercept = self._intercept
         while n - pos >= 12:
             size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(mv, pos)
-            if not self._check_size(size, 8, out):
+            problem = self._size_problem(size, 8)
+            if problem is not None:
+                if span < pos:  # the whole frames before the bad one still go out
+                    out.append(mv[span:pos])
+                self._fail(out, *problem)
                 return
             end = pos + 4 + size
             if intercept is not None and intercept(key, version):
@@ -288,10 +306,14 @@ class RequestReader(_Reader):
                     expects_response = produce_acks(mv[pos + 4 : min(end, n)], version) != 0
                 except Incomplete:
                     if end <= n:
+                        if span < pos:
+                            out.append(mv[span:pos])
                         self._fail(out, "malformed_frame", "produce request ends before acks")
                         return
                     break  # wait for the rest of the header
                 except Malformed as exc:
+                    if span < pos:
+                        out.append(mv[span:pos])
                     self._fail(out, "malformed_frame", f"produce request: {exc}")
                     return
             else:
@@ -335,8 +357,9 @@ class ResponseReader(_Reader):
         self._intercept = intercept
 
     def _frame_done(self, out: list[Item]) -> None:
-        if self._inflight.has_local_pending:
-            out.extend(self._inflight.release_ready())
+        ready = self._inflight.end_receiving()
+        if ready:
+            out.extend(ready)
 
     def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
         n = len(data)
@@ -345,7 +368,11 @@ class ResponseReader(_Reader):
         intercept = self._intercept
         while n - pos >= 8:
             size, correlation_id = _SIZE_CORRELATION.unpack_from(mv, pos)
-            if not self._check_size(size, 4, out):
+            problem = self._size_problem(size, 4)
+            if problem is not None:
+                if span < pos:  # the whole frames before the bad one still go out
+                    out.append(mv[span:pos])
+                self._fail(out, *problem)
                 return
             end = pos + 4 + size
             entry = inflight.pop_upstream(correlation_id)
@@ -362,10 +389,12 @@ class ResponseReader(_Reader):
                     continue
                 pos = span = self._start_gather(mv, pos, end, n, entry, out)
                 if self._gather is not None:
+                    inflight.begin_receiving()
                     return
                 continue
             if end > n:
                 self._pass = end - n
+                inflight.begin_receiving()
                 pos = n
                 break
             pos = end

@@ -1,0 +1,1 @@
+"""Test suite of kafka-gateway (a package so ``tests.harness`` imports the same way everywhere)."""
