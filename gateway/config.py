@@ -63,6 +63,16 @@ class Config:
     # names the port for that node id.
     port_base: int | None = None
     ports: dict[int, int] = field(default_factory=dict)
+    # KIP-885: the broker software reported to clients. Unset: fingerprinted from the
+    # upstream's ApiVersions against Apache Kafka's release tables.
+    broker_software_name: str | None = None
+    broker_software_version: str | None = None
+    # Tagged-field numbers of BrokerSoftwareName/Version in ApiVersions v3+ and
+    # DescribeCluster responses; far above Kafka's own tags (0-3) so they never collide.
+    broker_software_name_tag: int = 10000
+    broker_software_version_tag: int = 10001
+    # KIP-700: answer DescribeCluster from Metadata even when the upstream has it.
+    synthesize_describe_cluster: bool = False
 
     @property
     def advertised(self) -> str:
@@ -118,7 +128,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
     """Accept the documented table layout ([sidecar], [cluster], [log]) as flat keys."""
     flat = dict(raw)
-    for table, prefix in (("log", "log_"), ("sidecar", ""), ("cluster", "")):
+    for table, prefix in (
+        ("log", "log_"),
+        ("sidecar", ""),
+        ("cluster", ""),
+        ("broker_software", "broker_software_"),
+    ):
         section = flat.pop(table, None)
         if section is None:
             continue
@@ -147,7 +162,17 @@ def _convert(key: str, value: Any) -> Any:
         return parse_host_port(key, value, default_host="127.0.0.1" if key == "listen" else None)
     if key == "upstream":
         return parse_host_port(key, value)
-    if key in ("max_frame_bytes", "node_id", "port_base"):
+    if key == "synthesize_describe_cluster":
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r}")
+        return value
+    if key in (
+        "max_frame_bytes",
+        "node_id",
+        "port_base",
+        "broker_software_name_tag",
+        "broker_software_version_tag",
+    ):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {value!r}")
         return value
@@ -205,6 +230,20 @@ def _validate(cfg: Config) -> None:
     if cfg.advertised in ("0.0.0.0", "::"):
         raise ConfigError(
             "advertised_host", "the listener binds all interfaces; set the host clients should use"
+        )
+    tags = (cfg.broker_software_name_tag, cfg.broker_software_version_tag)
+    for key, tag in zip(
+        ("broker_software_name_tag", "broker_software_version_tag"), tags, strict=True
+    ):
+        # Tags 0-3 are ApiVersions' own; below 0 or above a varint int32 is not a tag.
+        if not 4 <= tag <= 2**31 - 1:
+            raise ConfigError(key, f"must be between 4 and 2147483647, got {tag}")
+    if tags[0] == tags[1]:
+        raise ConfigError("broker_software_version_tag", "must differ from the name tag")
+    if (cfg.broker_software_name is None) != (cfg.broker_software_version is None):
+        raise ConfigError(
+            "broker_software_version",
+            "set broker_software_name and broker_software_version together",
         )
     if cfg.mode == "cluster" and cfg.port_base is not None and not 1 <= cfg.port_base <= 65535:
         raise ConfigError("port_base", f"must be a port, got {cfg.port_base}")

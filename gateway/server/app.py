@@ -5,9 +5,19 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
+from ..interceptors.api_versions import SoftwareTags
 from ..observability.logging import get_logger
 from ..observability.metrics import Metrics
+from ..protocol import DESCRIBE_CLUSTER
+from ..versions import (
+    BrokerSoftware,
+    VersionRange,
+    fingerprint,
+    gateway_supported,
+    negotiate,
+)
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
 
@@ -25,6 +35,12 @@ class Gateway:
         else:
             self.router = SidecarRouter(config)
         self.connections: set[ClientConnection] = set()
+        self.registry = ConnectionRegistry()
+        self.software_tags = SoftwareTags(
+            config.broker_software_name_tag, config.broker_software_version_tag
+        )
+        self._own_ranges = gateway_supported()
+        self._software: dict[HostPort, BrokerSoftware] = {}
         self._servers: dict[str, asyncio.Server] = {}
         self._broker_listeners: dict[int, asyncio.Task[None]] = {}
         self._stopping: asyncio.Event | None = None
@@ -88,16 +104,50 @@ class Gateway:
         if self._broker_listeners:
             await asyncio.gather(*self._broker_listeners.values())
 
+    # -- versions and broker software ---------------------------------------------------
+    def synthesizes_describe_cluster(self, upstream: dict[int, VersionRange]) -> bool:
+        """KIP-700 for any backend: answer DescribeCluster from Metadata when needed."""
+        return self.config.synthesize_describe_cluster or DESCRIBE_CLUSTER not in upstream
+
+    def advertised_ranges(
+        self, address: HostPort, upstream: dict[int, VersionRange]
+    ) -> dict[int, VersionRange]:
+        """What clients of this upstream may use: own ∩ upstream (+ DescribeCluster)."""
+        if address not in self._software:
+            software = fingerprint(upstream)
+            self._software[address] = software
+            log.info(
+                "upstream.fingerprint",
+                upstream=str(address),
+                name=software.name,
+                version=software.version,
+                api_keys=len(upstream),
+            )
+        ranges = negotiate(self._own_ranges, upstream)
+        if self.synthesizes_describe_cluster(upstream):
+            ranges[DESCRIBE_CLUSTER] = self._own_ranges[DESCRIBE_CLUSTER]
+        return ranges
+
+    def broker_software(self, address: HostPort) -> BrokerSoftware:
+        """KIP-885 values for an upstream: configured, else its fingerprint."""
+        cfg = self.config
+        if cfg.broker_software_name is not None and cfg.broker_software_version is not None:
+            return BrokerSoftware(cfg.broker_software_name, cfg.broker_software_version)
+        return self._software.get(address, BrokerSoftware("unknown", "unknown"))
+
     # -- connections -----------------------------------------------------------------
-    def connection_opened(self, conn: ClientConnection) -> None:
+    def connection_opened(self, conn: ClientConnection) -> ClientInfo:
         self.connections.add(conn)
         self.metrics.connections_total.labels(conn.listener).inc()
         self.metrics.connections_active.labels(conn.listener).inc()
+        return self.registry.add(conn.peer, conn.listener)
 
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections_active.labels(conn.listener).dec()
+            if conn.info is not None:
+                self.registry.remove(conn.info.connection_id)
 
     # -- lifecycle -------------------------------------------------------------------
     async def serve_forever(self) -> None:

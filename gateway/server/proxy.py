@@ -1,19 +1,33 @@
 """One proxied connection: the client-facing and the upstream-facing asyncio protocols.
 
-All protocol decisions are made by the sans-I/O readers in ``gateway.protocol``; this
-module only moves their output between the two sockets, applies back-pressure (a side
-stops reading while the other side's write buffer is above its high-water mark) and
-closes both sides together.
+All protocol decisions are made by the sans-I/O readers in ``gateway.protocol`` and the
+interceptors; this module only moves their output between the two sockets, applies
+back-pressure (a side stops reading while the other side's write buffer is above its
+high-water mark) and closes both sides together.
+
+Life of a connection: the client connects → the gateway dials the upstream and asks it
+ApiVersions on its own behalf → once the answer is in, the client's bytes (held until
+then) are read: ApiVersions is answered locally from the negotiated ranges, requests
+outside those ranges get UNSUPPORTED_VERSION (or a close for keys and versions the
+gateway cannot parse, as Kafka does), everything else streams through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from ..interceptors import upstream as internal
 from ..interceptors.addresses import needs_rewrite, rewrite_response
+from ..interceptors.api_versions import add_broker_software, answer_api_versions
+from ..interceptors.unsupported import unsupported_version_response
 from ..observability.logging import get_logger
 from ..protocol import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    METADATA,
     DroppedResponse,
     InFlight,
     InFlightRequest,
@@ -26,8 +40,11 @@ from ..protocol import (
     frame,
     response_body_offset,
 )
+from ..protocol._apis import has_schema
+from ..versions import ApiVersionsError, VersionRange, parse_api_versions_response
 
 if TYPE_CHECKING:
+    from ..clients import ClientInfo
     from ..config import HostPort
     from .app import Gateway
 
@@ -37,10 +54,18 @@ log = get_logger("gateway.proxy")
 # client cannot make the gateway hold much of a broker's output.
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1024 * 1024
+# Client bytes held while the upstream handshake runs; above this the client is paused.
+PENDING_HIGH = 1024 * 1024
+
+# Correlation ids of the gateway's own upstream requests: negative, which no client uses.
+_internal_ids = itertools.count(-(2**31))
+
+# Called with the payload (no length prefix) of the response to an internal request.
+InternalHandler = Callable[[memoryview], None]
 
 
 def _intercept_response(entry: InFlightRequest) -> bool:
-    return needs_rewrite(entry.api_key, entry.api_version)
+    return entry.context is not None or needs_rewrite(entry.api_key, entry.api_version)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -51,15 +76,22 @@ class ClientConnection(asyncio.Protocol):
         self.listener = listener
         self.upstream_address = upstream
         self.inflight = InFlight()
-        self.requests = RequestReader(self.inflight, None, gateway.config.max_frame_bytes)
+        self.requests = RequestReader(
+            self.inflight, self._intercept_request, gateway.config.max_frame_bytes
+        )
         self.responses = ResponseReader(
             self.inflight, _intercept_response, gateway.config.max_frame_bytes
         )
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
+        self.info: ClientInfo | None = None
         self.peer = "?"
-        # Client bytes that arrived before the upstream connection was up.
-        self._pending: list[bytes | memoryview] | None = []
+        # Negotiated ranges; None until the upstream answered ApiVersions.
+        self.ranges: dict[int, VersionRange] | None = None
+        self.upstream_ranges: dict[int, VersionRange] = {}
+        # Client bytes that arrived before negotiation finished.
+        self._held: list[bytes] = []
+        self._held_size = 0
         self._closed = False
         self._client_paused = False
         self.draining = False
@@ -67,24 +99,31 @@ class ClientConnection(asyncio.Protocol):
     # -- client socket -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport, hence the cast.
-        transport = cast(asyncio.Transport, transport)
-        self.client = transport
-        transport.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        peer = transport.get_extra_info("peername")
+        client = cast(asyncio.Transport, transport)
+        self.client = client
+        client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
+        peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.gateway.connection_opened(self)
+        self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
+        if self.ranges is None:
+            self._held.append(data)
+            self._held_size += len(data)
+            if self._held_size > PENDING_HIGH:
+                self.pause_client()
+            return
+        info = self.info
+        if info is not None:
+            info.bytes_in += len(data)
         upstream = self.upstream
+        assert upstream is not None  # ranges are only known once upstream is connected
         for item in self.requests.feed(data):
             if isinstance(item, bytes | memoryview):
-                if upstream is not None:
-                    upstream.write(item)
-                elif self._pending is not None:
-                    self._pending.append(bytes(item))
+                upstream.write(item)
             elif isinstance(item, RequestFrame):
-                self._forward_request(item)
+                self._on_request(item)
             elif isinstance(item, ProtocolViolation):
                 self._violation("client", item)
                 return
@@ -109,6 +148,127 @@ class ClientConnection(asyncio.Protocol):
         if self.upstream is not None:
             self.upstream.resume_reading()
 
+    # -- requests the gateway handles itself ------------------------------------------
+    def _intercept_request(self, api_key: int, api_version: int) -> bool:
+        ranges = self.ranges
+        assert ranges is not None
+        allowed = ranges.get(api_key)
+        if allowed is None or not allowed[0] <= api_version <= allowed[1]:
+            return True
+        return api_key == API_VERSIONS or (
+            api_key == DESCRIBE_CLUSTER
+            and self.gateway.synthesizes_describe_cluster(self.upstream_ranges)
+        )
+
+    def _on_request(self, request: RequestFrame) -> None:
+        header = request.header
+        body = memoryview(request.frame)[4 + header.body_offset :]
+        if self.info is not None and header.client_id is not None:
+            self.info.client_id = header.client_id
+        assert self.ranges is not None
+        if header.api_key == API_VERSIONS:
+            self._answer_api_versions(request, body)
+            return
+        allowed = self.ranges.get(header.api_key)
+        if allowed is not None and allowed[0] <= header.api_version <= allowed[1]:
+            # Only DescribeCluster gets here: the upstream lacks it (or it is hidden).
+            self._synthesize_describe_cluster(request, bytes(body))
+            return
+        spec = api_spec(header.api_key)
+        reason = "unknown_api_key" if spec is None else "unsupported_version"
+        self.gateway.metrics.rejected.labels(reason).inc()
+        payload = None
+        if spec is not None and has_schema(header.api_key, header.api_version):
+            payload = unsupported_version_response(header, body)
+        log.warning(
+            "request.rejected",
+            reason=reason,
+            api_key=header.api_key,
+            api=spec.name if spec else None,
+            version=header.api_version,
+            advertised=allowed,
+            correlation_id=header.correlation_id,
+            action="error_response" if payload else "close",
+            **self._who(),
+        )
+        if payload is None:
+            # Kafka closes on a request it cannot parse; so does the gateway.
+            self.close()
+            return
+        self._answer_locally(header.api_key, header.api_version, header.correlation_id, payload)
+
+    def _answer_api_versions(self, request: RequestFrame, body: memoryview) -> None:
+        header = request.header
+        assert self.ranges is not None
+        gw = self.gateway
+        answer = answer_api_versions(
+            header,
+            body,
+            self.ranges,
+            broker_software=gw.broker_software(self.upstream_address),
+            software_tags=gw.software_tags,
+        )
+        if answer.client_software is not None and self.info is not None:
+            gw.registry.set_software(self.info.connection_id, *answer.client_software)
+        elif answer.error_code == 42:
+            gw.metrics.rejected.labels("invalid_client_software").inc()
+            log.info("request.invalid_client_software", version=header.api_version, **self._who())
+        elif answer.error_code == 35:
+            gw.metrics.rejected.labels("unsupported_version").inc()
+        self._answer_locally(
+            API_VERSIONS, header.api_version, header.correlation_id, answer.payload
+        )
+
+    def _synthesize_describe_cluster(self, request: RequestFrame, body: bytes) -> None:
+        header = request.header
+        entry = self.inflight.add(header.api_key, header.api_version, header.correlation_id)
+        metadata_max = self.upstream_ranges.get(METADATA, (0, -1))[1]
+        version = min(metadata_max, 12)
+        if version < 1:
+            self._violation(
+                "upstream",
+                ProtocolViolation(
+                    "malformed_frame",
+                    "upstream offers no Metadata version to build DescribeCluster",
+                ),
+            )
+            return
+
+        def on_metadata(payload: memoryview) -> None:
+            spec = api_spec(METADATA)
+            assert spec is not None
+            offset = response_body_offset(payload, spec.response_header_version(version))
+            answer = internal.describe_cluster_from_metadata(
+                header, body, version, payload[offset:], self.gateway.router
+            )
+            self._release(
+                self.inflight.answer_locally(
+                    entry, frame(self._with_software(DESCRIBE_CLUSTER, header.api_version, answer))
+                )
+            )
+
+        correlation_id = next(_internal_ids)
+        self._send_internal(
+            METADATA,
+            version,
+            correlation_id,
+            internal.metadata_request(correlation_id, version),
+            on_metadata,
+        )
+
+    def _answer_locally(
+        self, api_key: int, version: int, correlation_id: int, payload: bytes
+    ) -> None:
+        entry = self.inflight.add(api_key, version, correlation_id)
+        self._release(self.inflight.answer_locally(entry, frame(payload)))
+
+    def _release(self, frames: list[bytes]) -> None:
+        if self.client is not None and frames:
+            self.client.writelines(frames)
+
+    def _who(self) -> dict[str, object]:
+        return self.info.log_fields() if self.info is not None else {"peer": self.peer}
+
     # -- upstream socket -----------------------------------------------------------
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
@@ -130,33 +290,92 @@ class ClientConnection(asyncio.Protocol):
             )
             self.close()
             return
+        upstream = cast(asyncio.Transport, transport)
         if self._closed:
-            transport.close()
+            upstream.close()
             return
-        transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        self.upstream = transport
-        pending, self._pending = self._pending, None
-        if pending:
-            transport.writelines(pending)
+        upstream.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
+        self.upstream = upstream
+        self._ask_upstream_versions(internal.api_versions_request)
+
+    def _ask_upstream_versions(self, build: Callable[[int], tuple[int, bytes]]) -> None:
+        correlation_id = next(_internal_ids)
+        version, request = build(correlation_id)
+
+        def on_versions(payload: memoryview) -> None:
+            try:
+                ranges = parse_api_versions_response(payload[4:], version)
+            except ApiVersionsError as exc:
+                if version > 0:
+                    self._ask_upstream_versions(internal.api_versions_v0_request)
+                    return
+                log.error(
+                    "upstream.api_versions_failed",
+                    error_code=exc.error_code,
+                    upstream=str(self.upstream_address),
+                )
+                self.close()
+                return
+            except ValueError as exc:
+                log.error(
+                    "upstream.api_versions_unreadable",
+                    error=str(exc),
+                    upstream=str(self.upstream_address),
+                )
+                self.close()
+                return
+            self._negotiated(ranges)
+
+        self._send_internal(API_VERSIONS, version, correlation_id, request, on_versions)
+
+    def _send_internal(
+        self,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        request: bytes,
+        handler: InternalHandler,
+    ) -> None:
+        entry = self.inflight.add(api_key, version, correlation_id)
+        entry.context = handler
+        assert self.upstream is not None
+        self.upstream.write(request)
+
+    def _negotiated(self, upstream_ranges: dict[int, VersionRange]) -> None:
+        self.upstream_ranges = upstream_ranges
+        self.ranges = self.gateway.advertised_ranges(self.upstream_address, upstream_ranges)
+        held, self._held = self._held, []
+        self._held_size = 0
+        for data in held:
+            self.data_received(data)
+            if self._closed:
+                return
+        self.resume_client()
 
     def upstream_data(self, data: bytes) -> None:
         client = self.client
         if client is None:
             return
+        info = self.info
+        if info is not None:
+            info.bytes_out += len(data)
         for item in self.responses.feed(data):
             if isinstance(item, bytes | memoryview):
                 client.write(item)
             elif isinstance(item, ResponseFrame):
-                client.write(self._rewrite(item))
+                handler = item.request.context
+                if handler is not None:
+                    cast(InternalHandler, handler)(memoryview(item.frame)[4:])
+                else:
+                    client.write(self._rewrite(item))
             elif isinstance(item, DroppedResponse):
                 self.gateway.metrics.dropped_responses.inc()
                 log.info(
                     "response.dropped_uncorrelated",
                     correlation_id=item.correlation_id,
                     size=item.size,
-                    peer=self.peer,
                     upstream=str(self.upstream_address),
+                    **self._who(),
                 )
             elif isinstance(item, ProtocolViolation):
                 self._violation("upstream", item)
@@ -176,14 +395,6 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     # -- shared ----------------------------------------------------------------------
-    def _forward_request(self, request: RequestFrame) -> None:
-        header = request.header
-        self.inflight.add(header.api_key, header.api_version, header.correlation_id)
-        if self.upstream is not None:
-            self.upstream.write(request.frame)
-        elif self._pending is not None:
-            self._pending.append(request.frame)
-
     def _rewrite(self, response: ResponseFrame) -> bytes:
         entry = response.request
         spec = api_spec(entry.api_key)
@@ -194,6 +405,14 @@ class ClientConnection(asyncio.Protocol):
             body = rewrite_response(
                 entry.api_key, entry.api_version, payload[offset:], self.gateway.router
             )
+            if entry.api_key == DESCRIBE_CLUSTER:
+                body = add_broker_software(
+                    DESCRIBE_CLUSTER,
+                    entry.api_version,
+                    body,
+                    self.gateway.broker_software(self.upstream_address),
+                    self.gateway.software_tags,
+                )
         except Exception as exc:  # a broker bug must not cost the client its response
             self.gateway.metrics.rewrite_errors.labels(spec.name).inc()
             log.error(
@@ -206,6 +425,18 @@ class ClientConnection(asyncio.Protocol):
             return response.frame
         return frame(bytes(payload[:offset]) + body)
 
+    def _with_software(self, api_key: int, version: int, payload: bytes) -> bytes:
+        spec = api_spec(api_key)
+        assert spec is not None
+        offset = response_body_offset(payload, spec.response_header_version(version))
+        return payload[:offset] + add_broker_software(
+            api_key,
+            version,
+            payload[offset:],
+            self.gateway.broker_software(self.upstream_address),
+            self.gateway.software_tags,
+        )
+
     def _violation(self, side: str, violation: ProtocolViolation) -> None:
         self.gateway.metrics.rejected.labels(violation.reason).inc()
         log.warning(
@@ -213,8 +444,8 @@ class ClientConnection(asyncio.Protocol):
             side=side,
             reason=violation.reason,
             detail=violation.detail,
-            peer=self.peer,
             listener=self.listener,
+            **self._who(),
         )
         self.close()
 
