@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 
 from ._apis import PRODUCE
@@ -117,10 +117,16 @@ class InFlight:
 
 @dataclass(frozen=True, slots=True)
 class RequestFrame:
-    """A whole request an interceptor asked for. ``frame`` includes the length prefix."""
+    """A whole request an interceptor asked for. ``frame`` includes the length prefix.
+
+    ``request`` is its in-flight entry, taken when the frame was read so that its place
+    in the response order is where the client sent it (an interceptor answers through
+    ``InFlight.answer_locally``).
+    """
 
     header: RequestHeader
     frame: bytes
+    request: InFlightRequest = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +344,8 @@ class RequestReader(_Reader):
         except Malformed as exc:
             self._fail(out, "malformed_frame", f"request header: {exc}")
             return
-        out.append(RequestFrame(header, frame))
+        entry = self._inflight.add(header.api_key, header.api_version, header.correlation_id)
+        out.append(RequestFrame(header, frame, entry))
 
 
 class ResponseReader(_Reader):

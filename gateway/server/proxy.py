@@ -195,7 +195,7 @@ class ClientConnection(asyncio.Protocol):
             # Kafka closes on a request it cannot parse; so does the gateway.
             self.close()
             return
-        self._answer_locally(header.api_key, header.api_version, header.correlation_id, payload)
+        self._answer_locally(request.request, payload)
 
     def _answer_api_versions(self, request: RequestFrame, body: memoryview) -> None:
         header = request.header
@@ -215,13 +215,11 @@ class ClientConnection(asyncio.Protocol):
             log.info("request.invalid_client_software", version=header.api_version, **self._who())
         elif answer.error_code == 35:
             gw.metrics.rejected.labels("unsupported_version").inc()
-        self._answer_locally(
-            API_VERSIONS, header.api_version, header.correlation_id, answer.payload
-        )
+        self._answer_locally(request.request, answer.payload)
 
     def _synthesize_describe_cluster(self, request: RequestFrame, body: bytes) -> None:
         header = request.header
-        entry = self.inflight.add(header.api_key, header.api_version, header.correlation_id)
+        entry = request.request
         metadata_max = self.upstream_ranges.get(METADATA, (0, -1))[1]
         version = min(metadata_max, 12)
         if version < 1:
@@ -256,10 +254,7 @@ class ClientConnection(asyncio.Protocol):
             on_metadata,
         )
 
-    def _answer_locally(
-        self, api_key: int, version: int, correlation_id: int, payload: bytes
-    ) -> None:
-        entry = self.inflight.add(api_key, version, correlation_id)
+    def _answer_locally(self, entry: InFlightRequest, payload: bytes) -> None:
         self._release(self.inflight.answer_locally(entry, frame(payload)))
 
     def _release(self, frames: list[bytes]) -> None:
