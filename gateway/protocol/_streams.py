@@ -51,18 +51,14 @@ class InFlightRequest:
 class InFlight:
     """Outstanding requests of one connection, in the order they were sent."""
 
-    __slots__ = ("_entries", "_local_pending", "_receiving")
+    __slots__ = ("_entries", "_local_pending")
 
     def __init__(self) -> None:
         self._entries: dict[int, InFlightRequest] = {}
         self._local_pending = 0
-        # True while an upstream response has been matched but has not fully gone out
-        # (it spans several reads): no local response may be released in its middle.
-        self._receiving = False
 
     def __len__(self) -> int:
-        # A response still arriving counts: its request is not answered yet.
-        return len(self._entries) + self._receiving
+        return len(self._entries)
 
     def add(self, api_key: int, api_version: int, correlation_id: int) -> InFlightRequest:
         entry = InFlightRequest(api_key, api_version, correlation_id)
@@ -72,13 +68,23 @@ class InFlight:
     def get(self, correlation_id: int) -> InFlightRequest | None:
         return self._entries.get(correlation_id)
 
-    def pop_upstream(self, correlation_id: int) -> InFlightRequest | None:
-        """The request an upstream response answers, or None if nothing awaits it."""
+    def match_upstream(self, correlation_id: int) -> InFlightRequest | None:
+        """The request an upstream response answers, or None if nothing awaits it.
+
+        The request keeps its place until ``finish``: while its response is still
+        arriving, local responses of later requests wait behind it, and it still counts
+        as in flight.
+        """
         entry = self._entries.get(correlation_id)
         if entry is None or entry.local is not None:
             return None
-        del self._entries[correlation_id]
         return entry
+
+    def finish(self, entry: InFlightRequest) -> list[bytes]:
+        """``entry``'s upstream response has wholly gone out; return the local
+        responses that may follow it now."""
+        self._entries.pop(entry.correlation_id, None)
+        return self.release_ready() if self._local_pending else []
 
     def answer_locally(self, entry: InFlightRequest, frame: bytes) -> list[bytes]:
         """Attach a gateway-made response; return the frames that may go out now."""
@@ -89,8 +95,6 @@ class InFlight:
     def release_ready(self) -> list[bytes]:
         """Pop local responses that no longer wait behind an upstream response."""
         ready: list[bytes] = []
-        if self._receiving:
-            return ready
         entries = self._entries
         while self._local_pending and entries:
             first = next(iter(entries.values()))
@@ -104,15 +108,6 @@ class InFlight:
     @property
     def has_local_pending(self) -> bool:
         return self._local_pending > 0
-
-    def begin_receiving(self) -> None:
-        """The response just matched by ``pop_upstream`` continues in later reads."""
-        self._receiving = True
-
-    def end_receiving(self) -> list[bytes]:
-        """That response has fully gone out; return the local responses now free."""
-        self._receiving = False
-        return self.release_ready() if self._local_pending else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +346,7 @@ class RequestReader(_Reader):
 class ResponseReader(_Reader):
     """Upstream → client. Matches responses to in-flight requests by correlation id."""
 
-    __slots__ = ("_inflight", "_intercept")
+    __slots__ = ("_current", "_inflight", "_intercept")
 
     def __init__(
         self,
@@ -362,11 +357,12 @@ class ResponseReader(_Reader):
         super().__init__(max_frame_bytes)
         self._inflight = inflight
         self._intercept = intercept
+        self._current: InFlightRequest | None = None  # whose response is being forwarded
 
     def _frame_done(self, out: list[Item]) -> None:
-        ready = self._inflight.end_receiving()
-        if ready:
-            out.extend(ready)
+        entry, self._current = self._current, None
+        if entry is not None:
+            out.extend(self._inflight.finish(entry))
 
     def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
         n = len(data)
@@ -382,7 +378,7 @@ class ResponseReader(_Reader):
                 self._fail(out, *problem)
                 return
             end = pos + 4 + size
-            entry = inflight.pop_upstream(correlation_id)
+            entry = inflight.match_upstream(correlation_id)
             if entry is None or (intercept is not None and intercept(entry)):
                 if span < pos:
                     out.append(mv[span:pos])
@@ -396,19 +392,19 @@ class ResponseReader(_Reader):
                     continue
                 pos = span = self._start_gather(mv, pos, end, n, entry, out)
                 if self._gather is not None:
-                    inflight.begin_receiving()
                     return
                 continue
             if end > n:
                 self._pass = end - n
-                inflight.begin_receiving()
+                self._current = entry
                 pos = n
                 break
             pos = end
-            if inflight.has_local_pending:
+            ready = inflight.finish(entry)
+            if ready:
                 out.append(mv[span:pos])
                 span = pos
-                self._frame_done(out)
+                out.extend(ready)
         if span < pos:
             out.append(mv[span:pos])
         if pos < n:
@@ -421,4 +417,4 @@ class ResponseReader(_Reader):
         self._gather_meta = None
         assert isinstance(entry, InFlightRequest)
         out.append(ResponseFrame(entry, frame))
-        self._frame_done(out)
+        out.extend(self._inflight.finish(entry))

@@ -210,6 +210,7 @@ class ClientConnection(asyncio.Protocol):
         )
         if answer.client_software is not None and self.info is not None:
             gw.registry.set_software(self.info.connection_id, *answer.client_software)
+            log.info("connection.identified", listener=self.listener, **self._who())
         elif answer.error_code == 42:
             gw.metrics.rejected.labels("invalid_client_software").inc()
             log.info("request.invalid_client_software", version=header.api_version, **self._who())
