@@ -1,0 +1,307 @@
+"""Fixtures that start REAL parts: ZooKeeper, a Tansu broker and the gateway.
+
+Scopes follow one rule: share what no test changes, isolate what a test may break.
+
+* ``broker`` is session-scoped: topics are per test (``unique_topic``) so sharing is
+  safe and saves a start per test. It advertises an unresolvable host, so a client
+  works only if the gateway rewrote every broker address.
+* ``isolated_broker``/``broker_factory`` give a test its own Tansu it may stop/start.
+* ``zookeeper`` is function-scoped (outage tests kill it; feature tests write znodes);
+  ``shared_zookeeper`` is the session-wide one for tests that only need *a* server.
+* ``gateway``/``gateway_factory`` are function-scoped: each test gets its own log file
+  to grep, and teardown checks the gateway exits 0 on SIGTERM.
+
+``KAFKA_GATEWAY_TEST_BROKER=host:port`` replaces Tansu with a broker the user runs (for
+example Apache Kafka); tests that must stop the broker or rely on Tansu's quirks skip.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from tests.harness import (
+    UNREACHABLE_HOST,
+    Broker,
+    ExternalBroker,
+    GatewayProcess,
+    ManagedProcess,
+    TansuBroker,
+    ZooKeeperProcess,
+)
+
+EXTERNAL_BROKER_ENV = "KAFKA_GATEWAY_TEST_BROKER"
+
+
+def external_broker_address() -> str | None:
+    """The user's broker from KAFKA_GATEWAY_TEST_BROKER, or None to use Tansu."""
+    value = os.environ.get(EXTERNAL_BROKER_ENV, "").strip()
+    return value or None
+
+
+def skip_if_external_broker(reason: str) -> None:
+    """Skip the current test when the suite runs against an external broker."""
+    address = external_broker_address()
+    if address is not None:
+        pytest.skip(f"{reason}; {EXTERNAL_BROKER_ENV}={address} is not ours to control")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3 loads its schemas with importlib.resources' legacy API and warns
+    # once per schema (~200 lines per run); that is noise about a dependency.
+    for message in ("read_text is deprecated", "open_text is deprecated"):
+        config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    address = external_broker_address()
+    if address:
+        return [f"broker: external {address} ({EXTERNAL_BROKER_ENV})"]
+    return [f"broker: Tansu (memory storage) advertising {UNREACHABLE_HOST}"]
+
+
+# --------------------------------------------------------------------------------------
+# Attach the logs of the parts a failed test used to its report
+# --------------------------------------------------------------------------------------
+
+
+def _parts_of(item: pytest.Item) -> list[ManagedProcess]:
+    parts: list[ManagedProcess] = []
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, ManagedProcess):
+            parts.append(value)
+        parts.extend(p for p in getattr(value, "processes", ()) if isinstance(p, ManagedProcess))
+    return list(dict.fromkeys(parts))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """On failure, add the tail of every part's log as a report section.
+
+    Most failures here are "the client timed out"; the reason is usually in the
+    gateway's or broker's log, so put it next to the traceback.
+    """
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        for part in _parts_of(item):
+            report.sections.append((f"log tail: {part.name} ({part.log_path})", part.log_tail()))
+    return report
+
+
+# --------------------------------------------------------------------------------------
+# Names
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def unique_topic(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test (or earlier run against the same broker) uses."""
+    base = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name).strip("-.")[:60]
+    return f"t-{base}-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------------------
+# ZooKeeper
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess]:
+    """A ZooKeeper of this test's own (may be stopped/started; same port and data)."""
+    zk = ZooKeeperProcess(tmp_path / "zookeeper")
+    zk.start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
+    """One ZooKeeper for the session; tests must not stop it and should use own paths."""
+    zk = ZooKeeperProcess(tmp_path_factory.mktemp("zookeeper"))
+    zk.start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+# --------------------------------------------------------------------------------------
+# Brokers
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The session's broker: Tansu advertising an unresolvable host, or the external one."""
+    address = external_broker_address()
+    if address is not None:
+        external = ExternalBroker(address)
+        external.check_reachable()
+        yield external
+        return
+    tansu = TansuBroker(tmp_path_factory.mktemp("broker"), advertised_host=UNREACHABLE_HOST)
+    tansu.start()
+    try:
+        yield tansu
+    finally:
+        tansu.stop()
+
+
+class BrokerFactory:
+    """Implementation of ``broker_factory``; see that fixture."""
+
+    def __init__(self, workdir: Path) -> None:
+        self._workdir = workdir
+        self.processes: list[TansuBroker] = []
+
+    def __call__(
+        self,
+        *,
+        advertised_host: str = UNREACHABLE_HOST,
+        port: int | None = None,
+        name: str | None = None,
+        start: bool = True,
+    ) -> TansuBroker:
+        skip_if_external_broker("this test starts and controls its own Tansu broker")
+        part = TansuBroker(
+            self._workdir,
+            port=port,
+            advertised_host=advertised_host,
+            name=name or f"tansu-{len(self.processes) + 1}",
+        )
+        self.processes.append(part)
+        if start:
+            part.start()
+        return part
+
+    def close(self) -> None:
+        for part in reversed(self.processes):
+            part.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """Start Tansu brokers for this test: ``broker_factory(advertised_host=..., port=...)``.
+
+    All are stopped at teardown. Skips under KAFKA_GATEWAY_TEST_BROKER: a test that asks
+    for its own Tansu relies on controlling it (or on Tansu's behaviour).
+    """
+    factory = BrokerFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def isolated_broker(broker_factory: BrokerFactory) -> TansuBroker:
+    """A Tansu of this test's own, which it may stop()/start() (data is lost on restart)."""
+    return broker_factory(name="tansu")
+
+
+@pytest.fixture
+def tansu_only() -> None:
+    """Use (``@pytest.mark.usefixtures("tansu_only")``) for tests that rely on Tansu quirks."""
+    skip_if_external_broker("this test relies on Tansu-specific behaviour")
+
+
+# --------------------------------------------------------------------------------------
+# Gateways
+# --------------------------------------------------------------------------------------
+
+
+class _Default(enum.Enum):
+    """Sentinel type: "use the session broker" (None already means "no upstream")."""
+
+    BROKER = "broker"
+
+
+_BROKER = _Default.BROKER
+
+
+class GatewayFactory:
+    """Implementation of ``gateway_factory``; see that fixture."""
+
+    def __init__(self, request: pytest.FixtureRequest, workdir: Path) -> None:
+        self._request = request
+        self._workdir = workdir
+        self.processes: list[GatewayProcess] = []
+        self._unchecked: set[int] = set()
+
+    def __call__(
+        self,
+        *extra_args: str,
+        upstream: str | Literal[_Default.BROKER] | None = _BROKER,
+        advertised_host: str | None = "127.0.0.1",
+        metrics: bool = False,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+        start: bool = True,
+        check_exit: bool = True,
+    ) -> GatewayProcess:
+        if upstream is _BROKER:
+            upstream = self._request.getfixturevalue("broker").bootstrap
+        part = GatewayProcess(
+            self._workdir,
+            upstream,
+            extra_args=extra_args,
+            port=port,
+            advertised_host=advertised_host,
+            metrics=metrics,
+            env=env,
+            name=name or ("gateway" if not self.processes else f"gateway-{len(self.processes)}"),
+        )
+        self.processes.append(part)
+        if not check_exit:
+            self._unchecked.add(id(part))
+        if start:
+            part.start()
+        return part
+
+    def close(self) -> list[str]:
+        """Stop every gateway; return complaints about unclean exits."""
+        problems: list[str] = []
+        for part in reversed(self.processes):
+            was_running = part.running
+            code = part.stop()
+            if was_running and code != 0 and id(part) not in self._unchecked:
+                problems.append(
+                    f"{part.name} exited with {code} on SIGTERM (expected 0)\n{part.log_tail()}"
+                )
+        return problems
+
+
+@pytest.fixture
+def gateway_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayFactory]:
+    """Start gateways: ``gateway_factory(*extra_args, upstream=..., metrics=..., ...)``.
+
+    ``upstream`` defaults to the session ``broker``; pass None for the gateway's own
+    embedded stack. Logs go to ``<tmp_path>/<name>.log`` (``.log_path``). At teardown
+    every gateway gets SIGTERM, and one still running that does not exit 0 fails the
+    test (pass ``check_exit=False`` for gateways a test drives into odd states).
+    """
+    factory = GatewayFactory(request, tmp_path)
+    try:
+        yield factory
+    finally:
+        problems = factory.close()
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def gateway(gateway_factory: GatewayFactory, broker: Broker) -> GatewayProcess:
+    """A sidecar gateway in front of ``broker``, advertising 127.0.0.1 (default args)."""
+    return gateway_factory(upstream=broker.bootstrap)
