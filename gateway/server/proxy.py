@@ -57,6 +57,19 @@ WRITE_BUFFER_LOW = 1024 * 1024
 # Client bytes held while the upstream handshake runs; above this the client is paused.
 PENDING_HIGH = 1024 * 1024
 
+
+def misreads_tagged_fields(name: str, version: str) -> bool:
+    """Clients whose parsers break on extra tagged fields in ApiVersions responses."""
+    if name != "librdkafka":
+        return False
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return False
+    return (major, minor) < (2, 1)
+
+
 # Correlation ids of the gateway's own upstream requests: negative, which no client uses.
 _internal_ids = itertools.count(-(2**31))
 
@@ -201,13 +214,14 @@ class ClientConnection(asyncio.Protocol):
         header = request.header
         assert self.ranges is not None
         gw = self.gateway
+        software = gw.broker_software(self.upstream_address)
         answer = answer_api_versions(
-            header,
-            body,
-            self.ranges,
-            broker_software=gw.broker_software(self.upstream_address),
-            software_tags=gw.software_tags,
+            header, body, self.ranges, broker_software=software, software_tags=gw.software_tags
         )
+        if answer.client_software is not None and misreads_tagged_fields(*answer.client_software):
+            # librdkafka before 2.1 skips one byte too few per tagged field: two KIP-885
+            # tags throw its ApiVersions parser off (seen with Debian 12's kcat, 2.0.2).
+            answer = answer_api_versions(header, body, self.ranges, broker_software=None)
         if answer.client_software is not None and self.info is not None:
             gw.registry.set_software(self.info.connection_id, *answer.client_software)
             log.info("connection.identified", listener=self.listener, **self._who())
