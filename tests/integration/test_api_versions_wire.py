@@ -191,3 +191,20 @@ def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return f'"{value}"'
+
+
+def test_featurectl_brokers_reads_broker_software_from_gateways(gateway_factory, broker):
+    import json
+    import subprocess
+    import sys
+
+    gw = gateway_factory("--config", _config(gateway_factory, broker_software_name="Tansu",
+                                             broker_software_version="0.6.0"))
+    out = subprocess.run(
+        [sys.executable, "-m", "featurectl.cli", "brokers", "--output", "json",
+         "--bootstrap", f"127.0.0.1:{gw.port}", "--bootstrap", broker.bootstrap],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    rows = {r["address"]: (r["name"], r["version"]) for r in json.loads(out.stdout)}
+    assert rows[f"127.0.0.1:{gw.port}"] == ("Tansu", "0.6.0")
+    assert rows[broker.bootstrap] == (None, None)  # the broker itself adds no KIP-885 tags
