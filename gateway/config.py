@@ -88,12 +88,19 @@ class Config:
 def parse_host_port(key: str, value: object, default_host: str | None = None) -> HostPort:
     if not isinstance(value, str) or not value:
         raise ConfigError(key, f"expected 'HOST:PORT', got {value!r}")
-    host, sep, port_text = value.rpartition(":")
-    if not sep:
-        if default_host is None:
-            raise ConfigError(key, f"expected 'HOST:PORT', got {value!r}")
-        host, port_text = default_host, value
-    host = host.strip("[]")
+    if value.startswith("["):  # [IPv6]:PORT
+        host, bracket, rest = value[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            raise ConfigError(key, f"expected '[HOST]:PORT', got {value!r}")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = value.rpartition(":")
+        if not sep:
+            if default_host is None:
+                raise ConfigError(key, f"expected 'HOST:PORT', got {value!r}")
+            host, port_text = default_host, value
+        elif ":" in host or "[" in host or "]" in host:
+            raise ConfigError(key, f"IPv6 hosts go in brackets, '[HOST]:PORT', got {value!r}")
     if not host:
         raise ConfigError(key, f"missing host in {value!r}")
     try:
@@ -140,6 +147,8 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(section, dict):
             raise ConfigError(table, "expected a table")
         for key, value in section.items():
+            if prefix + key not in _FILE_KEYS:
+                raise ConfigError(f"{table}.{key}", f"unknown setting in [{table}]")
             flat[prefix + key] = value
     return flat
 
@@ -225,8 +234,10 @@ def _validate(cfg: Config) -> None:
             "max_frame_bytes", f"must be between 64 and 2147483647, got {cfg.max_frame_bytes}"
         )
     for key in ("upstream_connect_timeout_s", "drain_timeout_s"):
-        if getattr(cfg, key) <= 0:
-            raise ConfigError(key, "must be > 0")
+        if not getattr(cfg, key) > 0:  # "not >" also rejects NaN, which TOML allows
+            raise ConfigError(key, f"must be > 0, got {getattr(cfg, key)}")
+    if cfg.node_id is not None and cfg.node_id < 0:
+        raise ConfigError("node_id", f"node ids are >= 0, got {cfg.node_id}")
     if cfg.advertised in ("0.0.0.0", "::"):
         raise ConfigError(
             "advertised_host", "the listener binds all interfaces; set the host clients should use"

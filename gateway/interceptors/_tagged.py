@@ -210,18 +210,28 @@ def splice_tagged_fields(
     return bytes(body[:offset]) + write_tagged_fields(merged)
 
 
-def strip_unknown_tags(api_key: int, version: int, body: bytes | memoryview) -> bytes:
-    """Drop top-level tags the kio schema does not know, so kio can decode the body.
+def split_unknown_tags(
+    api_key: int, version: int, body: bytes | memoryview
+) -> tuple[bytes, dict[int, bytes]]:
+    """(body without top-level tags kio does not know, those tags as {tag: raw value}).
 
-    Non-flexible versions have no tags and are returned unchanged.
+    kio refuses unknown tags; splitting them off lets it decode the rest, and a caller
+    that re-encodes can splice them back so nothing the broker sent is lost.
+    Non-flexible versions have no tags and come back unchanged.
     """
     schema: type = load_response_schema(api_key, version)
     if not schema.__flexible__:  # type: ignore[attr-defined]
-        return bytes(body)
+        return bytes(body), {}
     offset = top_level_tags_offset(api_key, version, body)
     existing, _end = read_tagged_fields(body, offset)
     known = _layout(schema)[1]
+    unknown = {tag: value for tag, value in existing.items() if tag not in known}
+    if not unknown:
+        return bytes(body), {}
     kept = {tag: value for tag, value in existing.items() if tag in known}
-    if len(kept) == len(existing):
-        return bytes(body)
-    return bytes(body[:offset]) + write_tagged_fields(kept)
+    return bytes(body[:offset]) + write_tagged_fields(kept), unknown
+
+
+def strip_unknown_tags(api_key: int, version: int, body: bytes | memoryview) -> bytes:
+    """Drop top-level tags the kio schema does not know, so kio can decode the body."""
+    return split_unknown_tags(api_key, version, body)[0]

@@ -19,6 +19,7 @@ from kio.static.primitive import i32
 
 from ..protocol import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
 from ._codec import decode_response, encode_response
+from ._tagged import splice_tagged_fields, split_unknown_tags
 
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
@@ -52,11 +53,15 @@ def rewrite_response(
     api_key: int, api_version: int, body: bytes | memoryview, book: AddressBook
 ) -> bytes:
     """Return the response body with every broker endpoint replaced by its gateway address."""
-    message = decode_response(api_key, api_version, body)
+    known_only, unknown_tags = split_unknown_tags(api_key, api_version, body)
+    message = decode_response(api_key, api_version, known_only)
     rewritten = _rewrite(message, book)
     if rewritten is message:
         return bytes(body)
-    return encode_response(rewritten)
+    encoded = encode_response(rewritten)
+    if unknown_tags:  # tags kio does not know still reach the client
+        encoded = splice_tagged_fields(api_key, api_version, encoded, unknown_tags)
+    return encoded
 
 
 def _rewrite(entity: Any, book: AddressBook) -> Any:
