@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import types
+import typing
 from functools import cache
 from typing import Any
 
@@ -46,3 +48,12 @@ def encode_request(entity: Any) -> bytes:
     buf = io.BytesIO()
     writer(buf, entity)
     return buf.getvalue()
+
+
+def unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """(X, True) for a kio field hint ``X | None``, else (hint, False)."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False

@@ -17,11 +17,9 @@ works on bytes from any encoder (another gateway, a real broker), canonical or n
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
 
 from kio.index import load_response_schema
 
@@ -35,6 +33,7 @@ from ..protocol._wire import (
     skip_tagged_fields,
     write_tagged_fields,
 )
+from ._codec import unwrap_optional
 
 _FIXED_WIDTH = {
     "int8": 1,
@@ -64,14 +63,6 @@ class _Field:
     nullable: bool
 
 
-def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return hint, False
-
-
 @cache
 def _layout(cls: type) -> tuple[tuple[_Field, ...], frozenset[int]]:
     """Non-tagged fields of a kio entity in wire order, and its known tags."""
@@ -81,10 +72,10 @@ def _layout(cls: type) -> tuple[tuple[_Field, ...], frozenset[int]]:
         if "tag" in f.metadata:
             tags.add(int(f.metadata["tag"]))
             continue
-        hint, nullable = _unwrap_optional(f.type)
+        hint, nullable = unwrap_optional(f.type)
         array = typing.get_origin(hint) is tuple
         element = typing.get_args(hint)[0] if array else hint
-        element, _ = _unwrap_optional(element)
+        element, _ = unwrap_optional(element)
         entity = element if dataclasses.is_dataclass(element) else None
         kafka_type = None if entity is not None else f.metadata.get("kafka_type")
         if entity is None and kafka_type is None:

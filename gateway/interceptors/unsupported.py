@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import types
 import typing
 import uuid
 from functools import cache
@@ -45,7 +44,7 @@ from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 
 from ..protocol import PRODUCE, RequestHeader, api_spec, response_header
 from ..protocol._apis import has_schema
-from ._codec import decode_request, encode_response
+from ._codec import decode_request, encode_response, unwrap_optional
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 
@@ -102,23 +101,15 @@ class _FieldInfo:
     default: Any  # dataclasses.MISSING when the schema has none
 
 
-def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return hint, False
-
-
 @cache
 def _fields(cls: type) -> tuple[_FieldInfo, ...]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        hint, optional = _unwrap_optional(hints[f.name])
+        hint, optional = unwrap_optional(hints[f.name])
         array = typing.get_origin(hint) is tuple
         element = typing.get_args(hint)[0] if array else hint
-        element, _ = _unwrap_optional(element)
+        element, _ = unwrap_optional(element)
         out.append(
             _FieldInfo(
                 name=f.name,
