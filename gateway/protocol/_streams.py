@@ -286,13 +286,13 @@ class RequestReader(_Reader):
         span = pos  # start of a run of whole pass-through frames, forwarded as one slice
         inflight = self._inflight
         intercept = self._intercept
+        max_size = self._max
         while n - pos >= 12:
             size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(mv, pos)
-            problem = self._size_problem(size, 8)
-            if problem is not None:
+            if size > max_size or size < 8:  # inline: this loop runs once per request
                 if span < pos:  # the whole frames before the bad one still go out
                     out.append(mv[span:pos])
-                self._fail(out, *problem)
+                self._fail(out, *self._size_problem(size, 8))  # type: ignore[misc]
                 return
             end = pos + 4 + size
             if intercept is not None and intercept(key, version):
@@ -369,13 +369,13 @@ class ResponseReader(_Reader):
         span = pos
         inflight = self._inflight
         intercept = self._intercept
+        max_size = self._max
         while n - pos >= 8:
             size, correlation_id = _SIZE_CORRELATION.unpack_from(mv, pos)
-            problem = self._size_problem(size, 4)
-            if problem is not None:
+            if size > max_size or size < 4:  # inline: this loop runs once per response
                 if span < pos:  # the whole frames before the bad one still go out
                     out.append(mv[span:pos])
-                self._fail(out, *problem)
+                self._fail(out, *self._size_problem(size, 4))  # type: ignore[misc]
                 return
             end = pos + 4 + size
             entry = inflight.match_upstream(correlation_id)

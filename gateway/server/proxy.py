@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ..interceptors import upstream as internal
-from ..interceptors.addresses import needs_rewrite, rewrite_response
+from ..interceptors.addresses import REWRITTEN_RESPONSES, rewrite_response
 from ..interceptors.api_versions import add_broker_software, answer_api_versions
 from ..interceptors.unsupported import unsupported_version_response
 from ..observability.logging import get_logger
@@ -77,8 +77,9 @@ _internal_ids = itertools.count(-(2**31))
 InternalHandler = Callable[[memoryview], None]
 
 
-def _intercept_response(entry: InFlightRequest) -> bool:
-    return entry.context is not None or needs_rewrite(entry.api_key, entry.api_version)
+def _intercept_response(entry: InFlightRequest, _first=REWRITTEN_RESPONSES.get) -> bool:
+    # Runs once per response: a dict lookup, no further calls (see needs_rewrite).
+    return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -102,6 +103,7 @@ class ClientConnection(asyncio.Protocol):
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
+        self._passthrough: dict[int, VersionRange] = {}
         # Client bytes that arrived before negotiation finished.
         self._held: list[bytes] = []
         self._held_size = 0
@@ -163,15 +165,10 @@ class ClientConnection(asyncio.Protocol):
 
     # -- requests the gateway handles itself ------------------------------------------
     def _intercept_request(self, api_key: int, api_version: int) -> bool:
-        ranges = self.ranges
-        assert ranges is not None
-        allowed = ranges.get(api_key)
-        if allowed is None or not allowed[0] <= api_version <= allowed[1]:
-            return True
-        return api_key == API_VERSIONS or (
-            api_key == DESCRIBE_CLUSTER
-            and self.gateway.synthesizes_describe_cluster(self.upstream_ranges)
-        )
+        # Runs once per request: one dict lookup against the ranges that may pass through
+        # untouched (advertised ranges minus the APIs the gateway answers itself).
+        allowed = self._passthrough.get(api_key)
+        return allowed is None or api_version < allowed[0] or api_version > allowed[1]
 
     def _on_request(self, request: RequestFrame) -> None:
         header = request.header
@@ -354,6 +351,10 @@ class ClientConnection(asyncio.Protocol):
     def _negotiated(self, upstream_ranges: dict[int, VersionRange]) -> None:
         self.upstream_ranges = upstream_ranges
         self.ranges = self.gateway.advertised_ranges(self.upstream_address, upstream_ranges)
+        self._passthrough = dict(self.ranges)
+        self._passthrough.pop(API_VERSIONS, None)
+        if self.gateway.synthesizes_describe_cluster(upstream_ranges):
+            self._passthrough.pop(DESCRIBE_CLUSTER, None)
         held, self._held = self._held, []
         self._held_size = 0
         for data in held:
