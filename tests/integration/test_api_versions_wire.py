@@ -8,6 +8,7 @@ the gateway in front of it must behave like Kafka instead).
 from __future__ import annotations
 
 import datetime
+import re
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -208,3 +209,26 @@ def test_featurectl_brokers_reads_broker_software_from_gateways(gateway_factory,
     rows = {r["address"]: (r["name"], r["version"]) for r in json.loads(out.stdout)}
     assert rows[f"127.0.0.1:{gw.port}"] == ("Tansu", "0.6.0")
     assert rows[broker.bootstrap] == (None, None)  # the broker itself adds no KIP-885 tags
+
+
+def test_registry_records_real_clients_software(gateway):
+    """KIP-511: librdkafka (via confluent-kafka) and kafka-python send ApiVersions v3 with
+    their software name/version; the gateway records exactly what they sent."""
+    import confluent_kafka
+    import kafka
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{gateway.port}"})
+    admin.list_topics(timeout=15)
+    legacy = kafka.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{gateway.port}",
+                                    request_timeout_ms=10000)
+    legacy.list_topics()
+    legacy.close()
+    librdkafka = confluent_kafka.libversion()[0]
+    gateway.wait_for_log(
+        r'"client_software_name": "confluent-kafka-python", "client_software_version": '
+        rf'"[0-9.]+-rdkafka-{re.escape(librdkafka)}"'
+    )
+    gateway.wait_for_log(
+        r'"client_software_name": "kafka-python", "client_software_version": '
+        rf'"{re.escape(kafka.__version__)}"'
+    )
