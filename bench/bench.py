@@ -44,6 +44,8 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
+from gateway.protocol._wire import read_uvarint, skip_tagged_fields
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
 CLIENT_ID = "gateway-bench"
@@ -80,26 +82,6 @@ class BenchError(Exception):
 
 
 # --------------------------------------------------------------------------- wire helpers
-
-
-def _uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _skip_tagged(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
 
 
 def encode_request(entity: Any, correlation_id: int) -> bytes:
@@ -260,7 +242,7 @@ def make_small_request(kind: str, topic: str) -> SmallRequest:
     reader = entity_reader(resp_cls)
 
     def check(body: bytes) -> None:
-        pos = _skip_tagged(body, 4) if header_tagged else 4
+        pos = skip_tagged_fields(body, 4) if header_tagged else 4
         resp, _ = reader(body, pos)
         if error_of(resp) != 0:
             raise BenchError(f"{kind} answered error code {error_of(resp)}")
@@ -305,7 +287,7 @@ def parse_fetch(buf: bytearray, size: int, version: int) -> tuple[int, int, int,
     Returns (error code, high watermark, records start, records length); offsets into buf.
     """
     flexible = version >= 12
-    pos = _skip_tagged(buf, 4) if flexible else 4
+    pos = skip_tagged_fields(buf, 4) if flexible else 4
     pos += 4  # throttle_time_ms
     top_error = 0
     if version >= 7:
@@ -316,7 +298,7 @@ def parse_fetch(buf: bytearray, size: int, version: int) -> tuple[int, int, int,
 
     def array_len(p: int) -> tuple[int, int]:
         if flexible:
-            n, p = _uvarint(buf, p)
+            n, p = read_uvarint(buf, p)
             return n - 1, p
         return struct.unpack_from(">i", buf, p)[0], p + 4
 
@@ -326,7 +308,7 @@ def parse_fetch(buf: bytearray, size: int, version: int) -> tuple[int, int, int,
     if version >= 13:
         pos += 16  # topic_id
     elif flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         pos += n - 1
     else:
         pos += 2 + struct.unpack_from(">h", buf, pos)[0]
@@ -339,11 +321,11 @@ def parse_fetch(buf: bytearray, size: int, version: int) -> tuple[int, int, int,
     for _ in range(max(n_aborted, 0)):
         pos += 16
         if flexible:
-            pos = _skip_tagged(buf, pos)
+            pos = skip_tagged_fields(buf, pos)
     if version >= 11:
         pos += 4  # preferred_read_replica
     if flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         length = max(n - 1, 0)
     else:
         length = max(struct.unpack_from(">i", buf, pos)[0], 0)
@@ -727,7 +709,7 @@ def topic_id_of(addr: tuple[str, int], topic: str) -> uuid.UUID:
         sock.sendall(encode_request(req, 1))
         body = FrameReader(sock).read_one()
     resp, _ = entity_reader(_schema("metadata", 12, "response").MetadataResponse)(
-        body, _skip_tagged(body, 4)
+        body, skip_tagged_fields(body, 4)
     )
     topic_id = resp.topics[0].topic_id
     if not isinstance(topic_id, uuid.UUID):
