@@ -26,8 +26,8 @@ Tag numbers: **10000** (name) and **10001** (version) by default, configurable t
 ``SoftwareTags``. Kafka numbers the tags of a message from 0 upwards (ApiVersions uses
 0-3 today), so a number far above them cannot collide with any tag Kafka is likely to
 add, and 10000 still fits a 2-byte varint. The same tags are used at the top level of
-DescribeCluster responses (see ``add_broker_software``); per-broker placement inside
-DescribeCluster's Brokers array is left for later.
+DescribeCluster responses (see ``add_broker_software``); ``describe_cluster`` puts them on
+each broker entry as well.
 """
 
 from __future__ import annotations

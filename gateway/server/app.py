@@ -135,6 +135,21 @@ class Gateway:
             return BrokerSoftware(cfg.broker_software_name, cfg.broker_software_version)
         return self._software.get(address, BrokerSoftware("unknown", "unknown"))
 
+    def broker_software_of(self, node_id: int) -> BrokerSoftware | None:
+        """KIP-885 values for a broker by node id; None when this gateway cannot know
+        (a sidecar peer's broker, or a broker no connection has reached yet)."""
+        if isinstance(self.router, ClusterRouter):
+            address = self.router.brokers.get(node_id)
+        elif node_id in self.config.peers:
+            address = None
+        else:
+            address = self.config.upstream
+        if address is None:
+            return None
+        if self.config.broker_software_name is None and address not in self._software:
+            return None
+        return self.broker_software(address)
+
     # -- connections -----------------------------------------------------------------
     def connection_opened(self, conn: ClientConnection) -> ClientInfo:
         self.connections.add(conn)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, cast
 from ..interceptors import upstream as internal
 from ..interceptors.addresses import REWRITTEN_RESPONSES, rewrite_response
 from ..interceptors.api_versions import add_broker_software, answer_api_versions
+from ..interceptors.describe_cluster import add_software_per_broker
 from ..interceptors.unsupported import unsupported_version_response
 from ..observability.logging import get_logger
 from ..protocol import (
@@ -253,7 +254,7 @@ class ClientConnection(asyncio.Protocol):
             )
             self._release(
                 self.inflight.answer_locally(
-                    entry, frame(self._with_software(DESCRIBE_CLUSTER, header.api_version, answer))
+                    entry, frame(self._with_software(header.api_version, answer))
                 )
             )
 
@@ -417,13 +418,7 @@ class ClientConnection(asyncio.Protocol):
                 entry.api_key, entry.api_version, payload[offset:], self.gateway.router
             )
             if entry.api_key == DESCRIBE_CLUSTER:
-                body = add_broker_software(
-                    DESCRIBE_CLUSTER,
-                    entry.api_version,
-                    body,
-                    self.gateway.broker_software(self.upstream_address),
-                    self.gateway.software_tags,
-                )
+                body = self._describe_cluster_software(entry.api_version, body)
         except Exception as exc:  # a broker bug must not cost the client its response
             self.gateway.metrics.rewrite_errors.labels(spec.name).inc()
             log.error(
@@ -436,16 +431,23 @@ class ClientConnection(asyncio.Protocol):
             return response.frame
         return frame(bytes(payload[:offset]) + body)
 
-    def _with_software(self, api_key: int, version: int, payload: bytes) -> bytes:
-        spec = api_spec(api_key)
+    def _with_software(self, version: int, payload: bytes) -> bytes:
+        """KIP-885 tags for a DescribeCluster response payload the gateway built."""
+        spec = api_spec(DESCRIBE_CLUSTER)
         assert spec is not None
         offset = response_body_offset(payload, spec.response_header_version(version))
-        return payload[:offset] + add_broker_software(
-            api_key,
+        return payload[:offset] + self._describe_cluster_software(version, payload[offset:])
+
+    def _describe_cluster_software(self, version: int, body: bytes) -> bytes:
+        """BrokerSoftwareName/Version per broker entry and for the answering broker."""
+        gw = self.gateway
+        body = add_software_per_broker(version, body, gw.broker_software_of, gw.software_tags)
+        return add_broker_software(
+            DESCRIBE_CLUSTER,
             version,
-            payload[offset:],
-            self.gateway.broker_software(self.upstream_address),
-            self.gateway.software_tags,
+            body,
+            gw.broker_software(self.upstream_address),
+            gw.software_tags,
         )
 
     def _violation(self, side: str, violation: ProtocolViolation) -> None:

@@ -27,6 +27,10 @@ from kio.static.primitive import i8, i16, i32
 
 from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.api_versions import read_broker_software
+from gateway.interceptors.describe_cluster import (
+    read_software_per_broker,
+    strip_software_per_broker,
+)
 from tests.harness.kafka_wire import ConnectionClosed, KafkaConnection, decode
 
 UNSUPPORTED_VERSION = 35
@@ -168,11 +172,14 @@ def test_describe_cluster_lists_gateway_addresses(gateway_factory, synthesize):
         1,
         DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=i8(1)),
     )
-    message = decode(DescribeClusterResponse, strip_unknown_tags(60, 1, response.body))
+    message = decode(DescribeClusterResponse, strip_software_per_broker(
+        1, strip_unknown_tags(60, 1, response.body)))
     assert message.error_code == 0
     assert [(b.host, b.port) for b in message.brokers] == [("127.0.0.1", gw.port)]
     assert message.cluster_id
     assert read_broker_software(response.body, api_key=60, version=1) is not None
+    # KIP-885 per broker: the one broker behind this sidecar, by its node id.
+    assert read_software_per_broker(1, response.body) == {111: ("unknown", "unknown")}
     if synthesize:
         assert "dropped" not in gw.log_text()
     # And a real admin client through the same gateway.
