@@ -19,7 +19,7 @@ from kio.static.primitive import i32
 
 from ..protocol import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
 from ._codec import decode_response, encode_response
-from ._tagged import splice_tagged_fields, split_unknown_tags
+from ._tagged import read_top_level_tags, splice_tagged_fields, split_unknown_tags
 
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
@@ -36,6 +36,8 @@ REWRITTEN_RESPONSES: dict[int, int] = {
 }
 
 _NODE_ID_FIELDS = ("node_id", "broker_id")
+# KIP-951: the top-level tag of NodeEndpoints in Produce (v10+) and Fetch (v16+) responses.
+NODE_ENDPOINTS_TAG = 0
 
 
 class AddressBook(Protocol):
@@ -53,6 +55,13 @@ def rewrite_response(
     api_key: int, api_version: int, body: bytes | memoryview, book: AddressBook
 ) -> bytes:
     """Return the response body with every broker endpoint replaced by its gateway address."""
+    if api_key in (PRODUCE, FETCH) and NODE_ENDPOINTS_TAG not in read_top_level_tags(
+        api_key, api_version, body
+    ):
+        # Produce/Fetch carry broker addresses only in the NodeEndpoints tag, which is
+        # set on leader changes: walking the structure (records are skipped, not
+        # copied) is much cheaper than decoding and re-encoding every batch.
+        return bytes(body)
     known_only, unknown_tags = split_unknown_tags(api_key, api_version, body)
     message = decode_response(api_key, api_version, known_only)
     rewritten = _rewrite(message, book)
