@@ -53,20 +53,24 @@ def needs_rewrite(api_key: int, api_version: int) -> bool:
 
 def rewrite_response(
     api_key: int, api_version: int, body: bytes | memoryview, book: AddressBook
-) -> bytes:
-    """Return the response body with every broker endpoint replaced by its gateway address."""
+) -> bytes | memoryview:
+    """Return the response body with every broker endpoint replaced by its gateway address.
+
+    When nothing needs to change, ``body`` itself is returned (not a copy), so a caller
+    can forward the frame it already holds.
+    """
     if api_key in (PRODUCE, FETCH) and NODE_ENDPOINTS_TAG not in read_top_level_tags(
         api_key, api_version, body
     ):
         # Produce/Fetch carry broker addresses only in the NodeEndpoints tag, which is
         # set on leader changes: walking the structure (records are skipped, not
         # copied) is much cheaper than decoding and re-encoding every batch.
-        return bytes(body)
+        return body
     known_only, unknown_tags = split_unknown_tags(api_key, api_version, body)
     message = decode_response(api_key, api_version, known_only)
     rewritten = _rewrite(message, book)
     if rewritten is message:
-        return bytes(body)
+        return body
     encoded = encode_response(rewritten)
     if unknown_tags:  # tags kio does not know still reach the client
         encoded = splice_tagged_fields(api_key, api_version, encoded, unknown_tags)

@@ -129,7 +129,7 @@ class ResponseFrame:
     """A whole response an interceptor asked for, with the request it answers."""
 
     request: InFlightRequest
-    frame: bytes
+    frame: bytes | bytearray
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +411,7 @@ class ResponseReader(_Reader):
             self._head = bytes(mv[pos:])
 
     def _emit_gathered(self, out: list[Item]) -> None:
-        frame = bytes(self._gather or b"")
+        frame = self._gather or bytearray()  # handed over as is: no copy of a large frame
         entry = self._gather_meta
         self._gather = None
         self._gather_meta = None

@@ -407,18 +407,19 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     # -- shared ----------------------------------------------------------------------
-    def _rewrite(self, response: ResponseFrame) -> bytes:
+    def _rewrite(self, response: ResponseFrame) -> bytes | bytearray:
         entry = response.request
         spec = api_spec(entry.api_key)
         assert spec is not None  # only known keys are intercepted
         payload = memoryview(response.frame)[4:]
         try:
             offset = response_body_offset(payload, spec.response_header_version(entry.api_version))
-            body = rewrite_response(
-                entry.api_key, entry.api_version, payload[offset:], self.gateway.router
-            )
+            original = payload[offset:]
+            body = rewrite_response(entry.api_key, entry.api_version, original, self.gateway.router)
             if entry.api_key == DESCRIBE_CLUSTER:
-                body = self._describe_cluster_software(entry.api_version, body)
+                body = self._describe_cluster_software(entry.api_version, bytes(body))
+            elif body is original:
+                return response.frame  # unchanged: no copy of a possibly large fetch
         except Exception as exc:  # a broker bug must not cost the client its response
             self.gateway.metrics.rewrite_errors.labels(spec.name).inc()
             log.error(
