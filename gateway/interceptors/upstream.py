@@ -10,8 +10,10 @@ which no client uses, and their responses never reach the client.
 from __future__ import annotations
 
 import datetime
+import importlib
 from typing import Any
 
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
@@ -66,9 +68,7 @@ def api_versions_v0_request(correlation_id: int) -> tuple[int, bytes]:
 
 def metadata_request(correlation_id: int, version: int) -> bytes:
     """A Metadata request for no topics: only brokers, cluster id and controller."""
-    schema: Any = __import__(
-        f"kio.schema.metadata.v{version}.request", fromlist=["MetadataRequest"]
-    ).MetadataRequest
+    schema: Any = load_request_schema(METADATA, version)
     fields = {f for f in schema.__dataclass_fields__}
     kwargs: dict[str, Any] = {"topics": () if version == 0 else None}
     if "allow_auto_topic_creation" in fields:
@@ -94,8 +94,8 @@ def describe_cluster_from_metadata(
     metadata = decode_response(
         METADATA, metadata_version, strip_unknown_tags(METADATA, metadata_version, metadata_body)
     )
-    schema: Any = __import__(
-        f"kio.schema.describe_cluster.v{version}.response", fromlist=["DescribeClusterResponse"]
+    schema: Any = importlib.import_module(
+        load_response_schema(DESCRIBE_CLUSTER, version).__module__
     )
     broker_fields = set(schema.DescribeClusterBroker.__dataclass_fields__)
     brokers = []

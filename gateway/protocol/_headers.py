@@ -12,6 +12,7 @@ from ._wire import (
     Incomplete,
     Malformed,
     read_classic_string,
+    skip_classic_string,
     skip_compact_string,
     skip_tagged_fields,
 )
@@ -65,14 +66,12 @@ def produce_acks(payload: bytes | bytearray | memoryview, version: int) -> int:
     """
     # Produce v0-v8 use header v1, v9+ header v2 (flexible).
     pos = 8
-    pos = read_classic_string(payload, pos)[1]
+    pos = skip_classic_string(payload, pos)  # client_id: skipped, not decoded
     flexible = version >= 9
     if flexible:
         pos = skip_tagged_fields(payload, pos)
     if version >= 3:  # transactional_id precedes acks
-        pos = (
-            skip_compact_string(payload, pos) if flexible else read_classic_string(payload, pos)[1]
-        )
+        pos = skip_compact_string(payload, pos) if flexible else skip_classic_string(payload, pos)
     if pos + 2 > len(payload):
         raise Incomplete
     return INT16.unpack_from(payload, pos)[0]

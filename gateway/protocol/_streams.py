@@ -269,7 +269,7 @@ class _Reader:
 class RequestReader(_Reader):
     """Client → upstream. Records every request that expects a response."""
 
-    __slots__ = ("_inflight", "_intercept")
+    __slots__ = ("_inflight", "_intercept", "frames")
 
     def __init__(
         self,
@@ -280,6 +280,7 @@ class RequestReader(_Reader):
         super().__init__(max_frame_bytes)
         self._inflight = inflight
         self._intercept = intercept
+        self.frames = 0  # request frames seen, for the connection registry
 
     def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
         n = len(data)
@@ -296,6 +297,7 @@ class RequestReader(_Reader):
                 return
             end = pos + 4 + size
             if intercept is not None and intercept(key, version):
+                self.frames += 1
                 if span < pos:
                     out.append(mv[span:pos])
                 pos = span = self._start_gather(mv, pos, end, n, None, out)
@@ -319,6 +321,7 @@ class RequestReader(_Reader):
                     return
             else:
                 expects_response = True
+            self.frames += 1  # counted here: a produce header may first wait for more bytes
             if expects_response:
                 inflight.add(key, version, correlation_id)
             if end > n:

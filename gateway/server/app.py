@@ -42,6 +42,7 @@ class Gateway:
         self._own_ranges = gateway_supported()
         self._software: dict[HostPort, BrokerSoftware] = {}
         self._servers: dict[str, asyncio.Server] = {}
+        # Holds the listener-opening tasks so they are not garbage-collected mid-flight.
         self._broker_listeners: dict[int, asyncio.Task[None]] = {}
         self._stopping: asyncio.Event | None = None
         self.ready = False
@@ -99,10 +100,6 @@ class Gateway:
                 )
 
         self._broker_listeners[node_id] = asyncio.get_running_loop().create_task(open_listener())
-
-    async def wait_broker_listeners(self) -> None:
-        if self._broker_listeners:
-            await asyncio.gather(*self._broker_listeners.values())
 
     # -- versions and broker software ---------------------------------------------------
     def synthesizes_describe_cluster(self, upstream: dict[int, VersionRange]) -> bool:

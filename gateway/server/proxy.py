@@ -143,6 +143,8 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(item, ProtocolViolation):
                 self._violation("client", item)
                 return
+        if info is not None:
+            info.requests = self.requests.frames
 
     def eof_received(self) -> bool:
         return False  # Kafka does not half-close: close both directions.

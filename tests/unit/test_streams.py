@@ -817,3 +817,13 @@ def test_mid_frame_inside_a_dropped_response() -> None:
     assert reader.mid_frame
     assert reader.feed(data[12:]) == []
     assert not reader.mid_frame
+
+
+def test_request_reader_counts_each_frame_once_at_every_cut() -> None:
+    # The connection registry's request count: a produce header that waits for more
+    # bytes must not be counted twice.
+    for cut, pieces in two_pieces(REQUEST_STREAM):
+        reader = RequestReader(InFlight())
+        for piece in pieces:
+            reader.feed(piece)
+        assert reader.frames == len(REQUESTS), cut
