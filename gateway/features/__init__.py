@@ -1,0 +1,1 @@
+"""Cluster-wide feature gating (KIP-584): catalogue, ZooKeeper layout, validation."""

@@ -1,0 +1,210 @@
+"""The ZooKeeper side of feature gating (kazoo; blocking calls, use from a thread).
+
+Layout under the chroot (default ``/kafka-gateway``), see ``znode`` for the JSON:
+
+* ``<chroot>/feature``: the finalized levels; epoch = the znode's data version.
+* ``<chroot>/gateways/ids/<id>``: one ephemeral registration per live gateway.
+
+Writes of ``feature`` are compare-and-set on the data version the writer read, so two
+concurrent writers never lose an update: the second gets ``EpochConflict``.
+
+Security: with ``auth="user:password"`` the client authenticates with ZooKeeper's digest
+scheme, and a ``feature`` znode it creates gets an ACL that lets only that user write
+(everyone may read, so gateways need no credentials). Registrations stay open, as the
+gateways themselves write them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
+
+from .znode import (
+    NO_EPOCH,
+    Finalized,
+    Registration,
+    ZNodeError,
+    decode_feature_znode,
+    decode_registration,
+    encode_feature_znode,
+    encode_registration,
+)
+
+DEFAULT_CHROOT = "/kafka-gateway"
+
+
+class EpochConflict(Exception):
+    """Someone else changed the finalized features since they were read."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(
+            f"finalized features changed concurrently: expected epoch {expected}, "
+            f"found {actual}; read them again and retry"
+        )
+        self.expected = expected
+        self.actual = actual
+
+
+class GatewayIdTaken(Exception):
+    """Another live gateway holds this registration id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    chroot: str = DEFAULT_CHROOT
+
+    @property
+    def feature(self) -> str:
+        return f"{self.chroot}/feature"
+
+    @property
+    def gateway_ids(self) -> str:
+        return f"{self.chroot}/gateways/ids"
+
+    def gateway(self, gateway_id: str) -> str:
+        return f"{self.gateway_ids}/{gateway_id}"
+
+
+def normalize_chroot(chroot: str) -> str:
+    chroot = "/" + chroot.strip("/")
+    if chroot == "/":
+        raise ValueError("the chroot must not be '/'")
+    return chroot
+
+
+def make_client(connect: str, *, auth: str | None = None, timeout_s: float = 10.0) -> KazooClient:
+    """A kazoo client (not started). ``auth`` is 'user:password' for digest auth."""
+    auth_data = [("digest", auth)] if auth else None
+    return KazooClient(hosts=connect, timeout=timeout_s, auth_data=auth_data)
+
+
+class FeatureStore:
+    def __init__(
+        self, client: KazooClient, chroot: str = DEFAULT_CHROOT, *, auth: str | None = None
+    ):
+        self.client = client
+        self.paths = Paths(normalize_chroot(chroot))
+        self._auth = auth
+
+    # -- finalized features ------------------------------------------------------------
+    def read(self) -> Finalized:
+        try:
+            data, stat = self.client.get(self.paths.feature)
+        except NoNodeError:
+            return Finalized({}, NO_EPOCH)
+        return decode_feature_znode(data, stat.version)
+
+    def write(self, levels: Mapping[str, int], expected_epoch: int) -> int:
+        """Replace the finalized levels if the epoch is still ``expected_epoch``.
+
+        Returns the new epoch. Raises ``EpochConflict`` when another writer got there
+        first (including creating the znode when ``expected_epoch`` is -1).
+        """
+        data = encode_feature_znode(levels)
+        if expected_epoch == NO_EPOCH:
+            self.client.ensure_path(self.paths.chroot)
+            try:
+                self.client.create(self.paths.feature, data, acl=self._feature_acl())
+            except NodeExistsError:
+                raise EpochConflict(expected_epoch, self.read().epoch) from None
+            return 0
+        try:
+            stat = self.client.set(self.paths.feature, data, version=expected_epoch)
+        except BadVersionError:
+            raise EpochConflict(expected_epoch, self.read().epoch) from None
+        except NoNodeError:
+            raise EpochConflict(expected_epoch, NO_EPOCH) from None
+        return int(stat.version)
+
+    def _feature_acl(self) -> list[ACL] | None:
+        if not self._auth:
+            return None
+        user, _, password = self._auth.partition(":")
+        return [
+            make_digest_acl(user, password, all=True),
+            make_acl("world", "anyone", read=True),
+        ]
+
+    def watch(self, callback: Callable[[Finalized | None, Exception | None], None]) -> None:
+        """Call ``callback(finalized, None)`` now and on every change (kazoo's thread).
+
+        A znode that does not parse calls ``callback(None, error)``: the caller keeps
+        what it had rather than un-finalizing everything.
+        """
+
+        def on_change(data: bytes | None, stat: object) -> None:
+            epoch = getattr(stat, "version", NO_EPOCH) if stat is not None else NO_EPOCH
+            try:
+                finalized = decode_feature_znode(data, epoch)
+            except ZNodeError as exc:
+                callback(None, exc)
+                return
+            callback(finalized, None)
+
+        self.client.DataWatch(self.paths.feature, on_change)
+
+    # -- gateway registrations ------------------------------------------------------------
+    def register(self, registration: Registration) -> None:
+        """Create this gateway's ephemeral registration (replacing our own stale one)."""
+        path = self.paths.gateway(registration.gateway_id)
+        data = encode_registration(registration)
+        self.client.ensure_path(self.paths.gateway_ids)
+        try:
+            self.client.create(path, data, ephemeral=True, acl=OPEN_ACL_UNSAFE)
+        except NodeExistsError:
+            try:
+                _, stat = self.client.get(path)
+            except NoNodeError:  # it just expired: try once more
+                self.client.create(path, data, ephemeral=True, acl=OPEN_ACL_UNSAFE)
+                return
+            if stat.ephemeralOwner != self.client.client_id[0]:
+                raise GatewayIdTaken(
+                    f"gateway id {registration.gateway_id!r} is registered by another live "
+                    f"gateway (session 0x{stat.ephemeralOwner:x}); set a unique gateway_id"
+                ) from None
+            self.client.set(path, data)
+
+    def update_registration(self, registration: Registration) -> None:
+        path = self.paths.gateway(registration.gateway_id)
+        try:
+            self.client.set(path, encode_registration(registration))
+        except NoNodeError:
+            self.register(registration)
+
+    def deregister(self, gateway_id: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.client.delete(self.paths.gateway(gateway_id))
+
+    def registrations(self) -> list[Registration]:
+        """Every live gateway's registration (unreadable ones are skipped)."""
+        try:
+            ids = self.client.get_children(self.paths.gateway_ids)
+        except NoNodeError:
+            return []
+        out = []
+        for gateway_id in sorted(ids):
+            try:
+                data, _ = self.client.get(self.paths.gateway(gateway_id))
+                out.append(decode_registration(gateway_id, data))
+            except (NoNodeError, ZNodeError):
+                continue  # gone between listing and reading, or written by a stranger
+        return out
+
+    def supported_by_gateway(self) -> dict[str, dict[str, tuple[int, int]]]:
+        return {r.gateway_id: dict(r.features) for r in self.registrations()}
+
+
+__all__ = [
+    "DEFAULT_CHROOT",
+    "EpochConflict",
+    "FeatureStore",
+    "GatewayIdTaken",
+    "Paths",
+    "make_client",
+    "normalize_chroot",
+]
