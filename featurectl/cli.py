@@ -2,28 +2,381 @@
 
 Exit codes: 0 ok, 1 the request was answered but rejected or failed, 2 usage or
 connection error.
+
+The feature commands (KIP-584) only wire I/O: read the finalized levels and the live
+gateway registrations from ZooKeeper (``gateway.features.store``), let
+``featurectl.features`` compute rows or validate the update, print, and write with a
+compare-and-set on the epoch that was read.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
 from dataclasses import asdict
+
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from rich.console import Console
+
+from gateway.features.catalogue import load_catalogue
+from gateway.features.store import (
+    DEFAULT_CHROOT,
+    EpochConflict,
+    FeatureStore,
+    make_client,
+    normalize_chroot,
+)
+from gateway.features.znode import ZNodeError
+
+from .features import (
+    Outcome,
+    describe_document,
+    describe_rows,
+    feature_updates,
+    features_table,
+    gateways_table,
+    outcome_document,
+    outcome_lines,
+    plan_updates,
+)
 
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
 
+ZOOKEEPER_ENV = "KAFKA_GATEWAY_ZOOKEEPER"
+ZOOKEEPER_AUTH_ENV = "KAFKA_GATEWAY_ZOOKEEPER_AUTH"
+DEFAULT_TIMEOUT_S = 10.0
+
+_EXIT_CODES = """\
+exit codes:
+  0  ok
+  1  rejected: the request was answered but refused or failed (invalid level, a
+     gateway that cannot serve it, a concurrent change, not authorized by ZooKeeper)
+  2  usage error, or ZooKeeper unreachable"""
+
+_CONNECTION = f"""\
+connection:
+  --zookeeper defaults to ${ZOOKEEPER_ENV},
+  --zookeeper-auth to ${ZOOKEEPER_AUTH_ENV}.
+  A feature znode created with --zookeeper-auth USER:PASSWORD (ZooKeeper digest) is
+  writable only by that user (everyone may read it); writing it without those
+  credentials fails with "not authorized" and exit code 1."""
+
+_UPDATE_JSON = """\
+json (--output json): one document on stdout whenever the update was validated
+(exit 0, or 1 for a rejection or a conflict); other failures print only to stderr.
+  command      "finalize" | "downgrade" | "disable"
+  ok           true when written (or, with dry_run, when it would be written)
+  dry_run      true with --dry-run
+  old_epoch    the epoch the update was validated against (-1: never finalized)
+  new_epoch    the epoch after the write; null unless written
+  changes      [{"feature", "from", "to"}] levels changed (or that would change)
+  errors       [{"feature", "error_code", "message", "blocking_gateways": [ids]}]
+  conflict     null, or {"expected_epoch", "actual_epoch"} when another change won"""
+
+_DESCRIBE_EPILOG = f"""\
+examples:
+  featurectl describe --zookeeper zk-0:2181
+  featurectl describe --feature group.version --output json
+
+columns:
+  SupportedMinVersion  the levels EVERY live gateway supports: the highest minimum
+  SupportedMaxVersion  and the lowest maximum over all live gateways ('-': none live)
+  FinalizedVersionLevel  the cluster-wide level (0: not finalized)
+  Epoch                the finalized features' epoch ('-': never finalized)
+  LimitedBy            gateways whose maximum is the cluster-wide one while another
+                       gateway could serve more: the ones holding the feature back
+
+json (--output json): one document on stdout
+  epoch      the finalized features' epoch (-1: never finalized)
+  features   [{{"feature", "description" (null if not in the built-in catalogue),
+               "supported_min_version", "supported_max_version" (null: no live
+               gateway), "finalized_version_level", "limited_by": [ids]}}]
+  gateways   [{{"id", "listener", "upstream", "broker_software_name",
+               "broker_software_version", "gateway_version", "metrics_url",
+               "features": {{NAME: {{"min_version", "max_version"}}}}}}]
+
+{_CONNECTION}
+
+{_EXIT_CODES}"""
+
+_FINALIZE_EPILOG = f"""\
+examples:
+  featurectl finalize --zookeeper zk-0:2181 --feature group.version=1
+  featurectl finalize --feature transaction.version=2 --feature share.version=1 --dry-run
+
+output: one line per change ("group.version: 0 → 1"), then "epoch: 3 → 4".
+
+{_UPDATE_JSON}
+
+{_CONNECTION}
+
+{_EXIT_CODES}"""
+
+_DOWNGRADE_EPILOG = f"""\
+examples:
+  featurectl downgrade --feature transaction.version=1 --allow-downgrade
+  featurectl downgrade --feature group.version=0 --allow-downgrade   # same as disable
+  featurectl downgrade --feature transaction.version=1 --allow-downgrade --dry-run
+
+{_UPDATE_JSON}
+
+{_CONNECTION}
+
+{_EXIT_CODES}"""
+
+_DISABLE_EPILOG = f"""\
+examples:
+  featurectl disable --feature share.version --allow-downgrade
+  featurectl disable --feature share.version --feature streams.version --allow-downgrade
+
+{_UPDATE_JSON}
+
+{_CONNECTION}
+
+{_EXIT_CODES}"""
+
+DOWNGRADE_REFUSED = (
+    "refusing to downgrade: downgrading can make clients that use the newer API versions "
+    "fail; pass --allow-downgrade to confirm (nothing was changed)"
+)
+DISABLE_REFUSED = (
+    "refusing to disable: disabling withdraws the API versions a feature gates, so "
+    "clients that use them can fail; pass --allow-downgrade to confirm (nothing was changed)"
+)
+
+
+class CliError(Exception):
+    """A failure reported as one ``error: ...`` line on stderr with an exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def feature_level(text: str) -> tuple[str, int]:
+    """argparse type of ``--feature NAME=LEVEL``."""
+    name, sep, level = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=LEVEL (for example group.version=1), got {text!r}"
+        )
+    try:
+        value = int(level)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"the level of {name} must be an integer, got {level!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"the level of {name} must be >= 0, got {value}")
+    return name, value
+
+
+def feature_name(text: str) -> str:
+    """argparse type of ``--feature NAME`` (describe, disable)."""
+    name = text.strip()
+    if not name or "=" in name:
+        raise argparse.ArgumentTypeError(
+            f"expected a feature NAME without a level (for example group.version), got {text!r}"
+        )
+    return name
+
+
+def zookeeper_auth(text: str) -> str:
+    user, sep, _ = text.partition(":")
+    if not sep or not user:
+        raise argparse.ArgumentTypeError("expected USER:PASSWORD (ZooKeeper digest auth)")
+    return text
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _wrap(text: str) -> str:
+    # The epilogs are laid out by hand (RawDescriptionHelpFormatter), so the one-paragraph
+    # descriptions are wrapped here.
+    return textwrap.fill(text, width=88)
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("ZooKeeper and output")
+    group.add_argument(
+        "--zookeeper",
+        metavar="CONNECT",
+        default=os.environ.get(ZOOKEEPER_ENV) or None,
+        help=f"ZooKeeper connect string host:port[,host:port] [${ZOOKEEPER_ENV}]",
+    )
+    group.add_argument(
+        "--chroot",
+        default=DEFAULT_CHROOT,
+        help="the gateways' ZooKeeper path (gateway config 'zookeeper' chroot) [%(default)s]",
+    )
+    group.add_argument(
+        "--zookeeper-auth",
+        metavar="USER:PASSWORD",
+        type=zookeeper_auth,
+        default=os.environ.get(ZOOKEEPER_AUTH_ENV) or None,
+        help=f"authenticate with ZooKeeper's digest scheme [${ZOOKEEPER_AUTH_ENV}]",
+    )
+    group.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        help="how long to wait for the ZooKeeper connection [%(default)g]",
+    )
+    group.add_argument("--output", choices=["table", "json"], default="table")
+    return common
+
+
+def _add_update_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    name: str,
+    *,
+    help_text: str,
+    description: str,
+    epilog: str,
+) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        name,
+        parents=[common],
+        help=help_text,
+        description=_wrap(description),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if name == "disable":
+        parser.add_argument(
+            "--feature",
+            action="append",
+            required=True,
+            type=feature_name,
+            metavar="NAME",
+            help="a feature whose finalized level to remove (repeat for several)",
+        )
+    else:
+        parser.add_argument(
+            "--feature",
+            action="append",
+            required=True,
+            type=feature_level,
+            metavar="NAME=LEVEL",
+            help="a feature and its new finalized level (repeat for several)",
+        )
+    if name != "finalize":
+        parser.add_argument(
+            "--allow-downgrade",
+            action="store_true",
+            help="confirm that lowering levels may break clients using newer API versions",
+        )
+        parser.add_argument(
+            "--unsafe",
+            action="store_true",
+            help="ask for an UNSAFE_DOWNGRADE (ZooKeeper mode treats it as a safe one)",
+        )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="validate and show the changes; write nothing"
+    )
+    parser.set_defaults(handler=_update, parser=parser)
+    return parser
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="featurectl",
-        description="Operate kafka-gateway: broker software behind each gateway (KIP-885); "
-        "finalized feature levels (KIP-584) arrive with the feature-gating work.",
-        epilog="exit codes: 0 ok, 1 rejected/failed, 2 usage or connection error",
+        description=_wrap(
+            "Operate kafka-gateway: cluster-wide finalized feature levels (KIP-584), kept in "
+            "ZooKeeper, and the broker software behind each gateway (KIP-885)."
+        ),
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = _common_options()
+
+    describe = commands.add_parser(
+        "describe",
+        parents=[common],
+        help="show supported and finalized feature levels and the live gateways",
+        description=_wrap(
+            "Show, per feature, the levels every live gateway can serve, the "
+            "finalized level and its epoch, and which gateways hold a feature back; then the "
+            "live gateways (id, listener, upstream, broker software, gateway version)."
+        ),
+        epilog=_DESCRIBE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    describe.add_argument(
+        "--feature",
+        action="append",
+        type=feature_name,
+        metavar="NAME",
+        help="only this feature (repeat for several)",
+    )
+    describe.set_defaults(handler=_describe, parser=describe)
+
+    _add_update_command(
+        commands,
+        common,
+        "finalize",
+        help_text="raise finalized feature levels (upgrade)",
+        description="Finalize (upgrade) feature levels cluster-wide. Every live gateway must "
+        "support each new level; then the levels are written with a compare-and-set on the "
+        "epoch that was read, so a concurrent change is never lost: the later writer gets a "
+        "conflict and re-runs. Either every update is applied or none.",
+        epilog=_FINALIZE_EPILOG,
+    )
+    _add_update_command(
+        commands,
+        common,
+        "downgrade",
+        help_text="lower finalized feature levels (needs --allow-downgrade)",
+        description="Lower finalized feature levels (level 0 disables the feature). Clients "
+        "that use API versions only the higher level allows can fail, hence "
+        "--allow-downgrade. Every live gateway must support each new level >= 1; the write "
+        "is a compare-and-set on the epoch that was read. Either every update is applied or "
+        "none.",
+        epilog=_DOWNGRADE_EPILOG,
+    )
+    _add_update_command(
+        commands,
+        common,
+        "disable",
+        help_text="remove finalized feature levels (needs --allow-downgrade)",
+        description="Remove the finalized level of features, withdrawing the API versions "
+        "they gate from clients (a downgrade to level 0, hence --allow-downgrade). The write "
+        "is a compare-and-set on the epoch that was read. Either every update is applied or "
+        "none.",
+        epilog=_DISABLE_EPILOG,
+    )
+
     brokers = commands.add_parser(
         "brokers",
         help="show the broker software name/version each gateway reports (KIP-885)",
@@ -44,16 +397,150 @@ def build_parser() -> argparse.ArgumentParser:
     brokers.add_argument(
         "--version-tag", type=int, default=10001, help="tag of BrokerSoftwareVersion [10001]"
     )
+    brokers.set_defaults(handler=_brokers, parser=brokers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "brokers":
-        return _brokers(args)
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.command != "brokers" and not args.zookeeper:
+        args.parser.error(f"--zookeeper is required (or set {ZOOKEEPER_ENV})")
+    try:
+        return args.handler(args)
+    except CliError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exc.code
+
+
+# --------------------------------------------------------------------------------------
+# ZooKeeper
+# --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[FeatureStore]:
+    """A connected FeatureStore; kazoo failures become one-line ``CliError``s."""
+    where = f"ZooKeeper at {args.zookeeper}"
+    try:
+        chroot = normalize_chroot(args.chroot)
+        client = make_client(args.zookeeper, auth=args.zookeeper_auth)
+    except ValueError as exc:
+        raise CliError(EXIT_USAGE, f"invalid --zookeeper/--chroot: {exc}") from None
+    # kazoo logs every failed connection attempt; Python's last-resort handler would
+    # print those warnings to stderr, burying the one line that says what went wrong.
+    logging.getLogger("kazoo").addHandler(logging.NullHandler())
+    # A chroot in the connect string that does not exist yet is fine: it is created on
+    # the first write, like our own --chroot.
+    warnings.filterwarnings("ignore", message="No chroot path exists")
+    try:
+        client.start(timeout=args.timeout)
+    except KazooTimeoutError:
+        raise CliError(
+            EXIT_USAGE,
+            f"cannot connect to {where} within {args.timeout:g}s "
+            f"(check --zookeeper / ${ZOOKEEPER_ENV} and that ZooKeeper is running)",
+        ) from None
+    except AuthFailedError:
+        raise CliError(EXIT_USAGE, f"{where} rejected the --zookeeper-auth credentials") from None
+    try:
+        yield FeatureStore(client, chroot, auth=args.zookeeper_auth)
+    except NoAuthError:
+        if args.zookeeper_auth:
+            hint = "the --zookeeper-auth user/password is not the one it was created with"
+        else:
+            hint = f"pass --zookeeper-auth USER:PASSWORD (or set ${ZOOKEEPER_AUTH_ENV})"
+        raise CliError(
+            EXIT_REJECTED,
+            f"not authorized: {where} refused access to {chroot}/feature, which only the "
+            f"digest user that created it may change; {hint}",
+        ) from None
+    except (ConnectionLoss, ConnectionClosedError, SessionExpiredError):
+        raise CliError(
+            EXIT_USAGE,
+            f"lost the connection to {where}; a write in flight may or may not have been "
+            "applied: check with featurectl describe",
+        ) from None
+    except ZNodeError as exc:
+        raise CliError(EXIT_REJECTED, f"{chroot}/feature is unreadable: {exc}") from None
+    except KazooException as exc:
+        raise CliError(EXIT_REJECTED, f"{where}: {type(exc).__name__}: {exc}") from None
+    finally:
+        client.stop()
+        client.close()
+
+
+def _console() -> Console:
+    # Not a terminal (a pipe, a file): no colour and no width limit, so every row stays
+    # on one line for grep/awk instead of being folded at 80 columns.
+    width = None if sys.stdout.isatty() else 10_000
+    return Console(width=width, highlight=False)
+
+
+# --------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        finalized = store.read()
+        registrations = store.registrations()
+        gateway_ids = store.paths.gateway_ids
+    rows = describe_rows(finalized, registrations, load_catalogue())
+    if args.feature:
+        known = {row.feature for row in rows}
+        unknown = [name for name in args.feature if name not in known]
+        if unknown:
+            raise CliError(
+                EXIT_REJECTED,
+                f"unknown feature {', '.join(unknown)}: not in the catalogue, any live "
+                "gateway's registration or the finalized levels "
+                f"(known: {', '.join(sorted(known))})",
+            )
+        rows = [row for row in rows if row.feature in args.feature]
+    if args.output == "json":
+        print(json.dumps(describe_document(finalized, rows, registrations), indent=2))
+        return EXIT_OK
+    console = _console()
+    console.print(features_table(rows))
+    console.print()
+    if registrations:
+        console.print(f"Live gateways ({len(registrations)}):")
+        console.print(gateways_table(registrations))
+    else:
+        console.print(f"No live gateway is registered under {gateway_ids}.")
+    return EXIT_OK
+
+
+def _update(args: argparse.Namespace) -> int:
+    if args.command != "finalize" and not args.allow_downgrade:
+        refused = DOWNGRADE_REFUSED if args.command == "downgrade" else DISABLE_REFUSED
+        raise CliError(EXIT_REJECTED, refused)
+    features = [(name, 0) for name in args.feature] if args.command == "disable" else args.feature
+    updates = feature_updates(args.command, features, unsafe=getattr(args, "unsafe", False))
+    with _store(args) as store:
+        finalized = store.read()
+        plan = plan_updates(args.command, finalized, store.supported_by_gateway(), updates)
+        outcome = Outcome(plan, dry_run=args.dry_run)
+        if plan.ok and not args.dry_run:
+            try:
+                new_epoch = store.write(plan.target, expected_epoch=finalized.epoch)
+                outcome = Outcome(plan, new_epoch=new_epoch)
+            except EpochConflict as conflict:
+                outcome = Outcome(plan, conflict=conflict)
+    out, err = outcome_lines(outcome)
+    for line in err:
+        print(line, file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps(outcome_document(outcome), indent=2))
+    else:
+        for line in out:
+            print(line)
+    return EXIT_OK if outcome.ok else EXIT_REJECTED
 
 
 def _brokers(args: argparse.Namespace) -> int:
