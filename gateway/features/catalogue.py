@@ -25,8 +25,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from ..protocol import api_spec, known_api_keys
-from ..protocol._apis import api_name
+from kio.schema.index import api_key_map
+
+from ..protocol._apis import api_name, display_name
 
 VersionRange = tuple[int, int]
 
@@ -127,12 +128,8 @@ def _parse_gate(where: str, text: object) -> Gate:
 
 @cache
 def _keys_by_name() -> dict[str, int]:
-    out = {}
-    for key in known_api_keys():
-        spec = api_spec(key)
-        if spec is not None:
-            out[spec.name] = key
-    return out
+    # Names straight from kio's index: api_spec() would import every schema (~1 s).
+    return {display_name(name): key for key, name in api_key_map.items()}
 
 
 def gate_available(gate: Gate, available: Mapping[int, VersionRange]) -> bool:

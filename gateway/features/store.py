@@ -80,7 +80,12 @@ def normalize_chroot(chroot: str) -> str:
 def make_client(connect: str, *, auth: str | None = None, timeout_s: float = 10.0) -> KazooClient:
     """A kazoo client (not started). ``auth`` is 'user:password' for digest auth."""
     auth_data = [("digest", auth)] if auth else None
-    return KazooClient(hosts=connect, timeout=timeout_s, auth_data=auth_data)
+    # Reconnect attempts back off to at most 2 s (kazoo's default is 60 s), so a gateway
+    # is back within seconds of ZooKeeper returning.
+    retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0}
+    return KazooClient(
+        hosts=connect, timeout=timeout_s, auth_data=auth_data, connection_retry=retry
+    )
 
 
 class FeatureStore:
@@ -106,8 +111,9 @@ class FeatureStore:
         first (including creating the znode when ``expected_epoch`` is -1).
         """
         data = encode_feature_znode(levels)
+        self._secure()
         if expected_epoch == NO_EPOCH:
-            self.client.ensure_path(self.paths.chroot)
+            self.client.ensure_path(self.paths.chroot, acl=self._chroot_acl())
             try:
                 self.client.create(self.paths.feature, data, acl=self._feature_acl())
             except NodeExistsError:
@@ -129,6 +135,33 @@ class FeatureStore:
             make_digest_acl(user, password, all=True),
             make_acl("world", "anyone", read=True),
         ]
+
+    def _chroot_acl(self) -> list[ACL] | None:
+        # Deleting a znode needs DELETE on its parent: without locking the chroot too,
+        # anyone could delete ``feature`` and create it again, open and at epoch 0.
+        # Everyone keeps CREATE so gateways can create ``gateways/ids`` below it.
+        if not self._auth:
+            return None
+        user, _, password = self._auth.partition(":")
+        return [
+            make_digest_acl(user, password, all=True),
+            make_acl("world", "anyone", read=True, create=True),
+        ]
+
+    def _secure(self) -> None:
+        """With auth: lock down a chroot or feature znode someone created open."""
+        for path, acl in (
+            (self.paths.chroot, self._chroot_acl()),
+            (self.paths.feature, self._feature_acl()),
+        ):
+            if acl is None:
+                return
+            try:
+                current, _ = self.client.get_acls(path)
+            except NoNodeError:
+                continue
+            if list(current) != acl:
+                self.client.set_acls(path, acl)
 
     def watch(self, callback: Callable[[Finalized | None, Exception | None], None]) -> None:
         """Call ``callback(finalized, None)`` now and on every change (kazoo's thread).

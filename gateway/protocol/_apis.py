@@ -62,7 +62,7 @@ def api_spec(key: int) -> ApiSpec | None:
         return None
     versions = sorted(schema_name_map[name])
     first_flexible = next((v for v in versions if load_request_schema(key, v).__flexible__), None)
-    return ApiSpec(key, _display_name(name), versions[0], versions[-1], first_flexible)
+    return ApiSpec(key, display_name(name), versions[0], versions[-1], first_flexible)
 
 
 def api_name(key: int) -> str:
@@ -75,7 +75,7 @@ def known_api_keys() -> list[int]:
     return sorted(api_key_map)
 
 
-def _display_name(snake: str) -> str:
+def display_name(snake: str) -> str:
     # "describe_cluster" -> "DescribeCluster", the names Kafka's own metrics use.
     return "".join(part.capitalize() for part in snake.split("_"))
 
