@@ -21,6 +21,12 @@ examples:
       cluster: bootstrap on 9092, one listener per broker on 9093+node_id
   kafka-gateway --config conf/gateway.toml --metrics-listen 0.0.0.0:9404
 
+Feature gating (KIP-584) is on when --zookeeper is given (the embedded default starts
+one): the gateway reads <chroot>/feature, withholds API versions of unfinalized feature
+levels, registers itself under <chroot>/gateways/ids/<id>, and refuses to start (exit 1)
+when a finalized level exceeds what it and its broker support. Operate levels with
+featurectl (featurectl --help).
+
 Every flag can also be set in the TOML file given with --config (see conf/gateway.toml);
 flags win over the file. Exit codes: 0 stopped cleanly, 2 invalid flags or config,
 1 failed at run time.
@@ -54,7 +60,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CONNECT",
         help="ZooKeeper connect string for finalized features (host:port[,...])",
     )
-    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--zookeeper-chroot",
+        metavar="PATH",
+        help="ZooKeeper path holding feature and gateways/ids [/kafka-gateway]",
+    )
+    p.add_argument(
+        "--gateway-id",
+        metavar="ID",
+        help="this gateway's registration id in ZooKeeper [advertised host:port]",
+    )
+    p.add_argument(
+        "--features-catalogue",
+        metavar="FILE",
+        help="feature catalogue TOML: which API versions each feature level enables "
+        "[built-in, Kafka 4.x defaults; see conf/features.toml]",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus), /healthz, /readyz and /connections here",
+    )
     p.add_argument(
         "--max-frame-bytes",
         type=int,
@@ -78,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         "advertised_host": args.advertised_host,
         "mode": args.mode,
         "zookeeper": args.zookeeper,
+        "zookeeper_chroot": args.zookeeper_chroot,
+        "gateway_id": args.gateway_id,
+        "features_catalogue": args.features_catalogue,
         "metrics_listen": args.metrics_listen,
         "max_frame_bytes": args.max_frame_bytes,
         "log_format": args.log_format,
@@ -100,6 +129,7 @@ def run(config: Config) -> int:
 
     from .server.app import Gateway
     from .server.embedded import EmbeddedError, LocalStack, default_workdir
+    from .server.features import FeatureStartupError
 
     log = get_logger("gateway")
     stack: LocalStack | None = None
@@ -128,6 +158,10 @@ def run(config: Config) -> int:
                 flush=True,
             )
         uvloop.run(gateway.serve_forever())
+    except FeatureStartupError as exc:
+        log.error("gateway.refused_to_start", error=str(exc))
+        print(f"kafka-gateway: refusing to start: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         log.error("gateway.failed", error=str(exc))
         return 1

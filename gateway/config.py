@@ -7,11 +7,13 @@ the gateway reads files, flags or the environment for settings.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .features.catalogue import CatalogueError, load_catalogue
 from .protocol import DEFAULT_MAX_FRAME_BYTES
 
 Mode = Literal["sidecar", "cluster"]
@@ -46,7 +48,22 @@ class Config:
     # The host clients are told to use for this gateway; defaults to the listen host.
     advertised_host: str | None = None
     mode: Mode = "sidecar"
+    # ZooKeeper holding finalized feature levels (KIP-584); None turns feature gating off
+    # (no versions withheld, nothing finalized). The embedded default starts one.
     zookeeper: str | None = None
+    zookeeper_chroot: str = "/kafka-gateway"
+    # "user:password" for ZooKeeper digest auth (only needed when ACLs restrict reads).
+    zookeeper_auth: str | None = None
+    # Connect timeout at startup and ZooKeeper session timeout.
+    zookeeper_timeout_s: float = 10.0
+    # This gateway's registration id under <chroot>/gateways/ids; default "host:port"
+    # of the advertised listener.
+    gateway_id: str | None = None
+    # The feature catalogue (TOML); None: the built-in one (gateway/data/features.toml).
+    features_catalogue: str | None = None
+    # Client addresses (CIDRs) whose UpdateFeatures requests the gateway executes; all
+    # others get CLUSTER_AUTHORIZATION_FAILED. Empty: refuse everyone (use featurectl).
+    features_update_allowed_from: tuple[str, ...] = ()
     metrics_listen: HostPort | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     upstream_connect_timeout_s: float = 10.0
@@ -54,6 +71,10 @@ class Config:
     drain_timeout_s: float = 30.0
     log_format: LogFormat = "auto"
     log_level: str = "info"
+    # Request log ([log] requests / request_level): the fraction of requests logged when
+    # answered (0 = off, 1 = all) and the level of those lines.
+    log_requests: float = 0.0
+    log_request_level: str = "info"
     # Sidecar mode: the node id of the broker this gateway stands beside (None: any
     # broker not listed in ``peers`` is taken to be ours), and where the gateways of the
     # other brokers are reached ({node_id: "host:port"}).
@@ -140,6 +161,7 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
         ("sidecar", ""),
         ("cluster", ""),
         ("broker_software", "broker_software_"),
+        ("features", "features_"),
     ):
         section = flat.pop(table, None)
         if section is None:
@@ -185,7 +207,20 @@ def _convert(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {value!r}")
         return value
-    if key in ("upstream_connect_timeout_s", "drain_timeout_s"):
+    if key == "features_update_allowed_from":
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(key, f"expected a list of CIDRs, got {value!r}")
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ConfigError(key, str(exc)) from None
+        return tuple(value)
+    if key == "log_requests":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ConfigError(key, f"expected a fraction between 0 and 1, got {value!r}")
+        return float(value)
+    if key in ("upstream_connect_timeout_s", "drain_timeout_s", "zookeeper_timeout_s"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(key, f"expected a number of seconds, got {value!r}")
         return float(value)
@@ -224,16 +259,17 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("mode", f"must be 'sidecar' or 'cluster', got {cfg.mode!r}")
     if cfg.log_format not in ("auto", "json", "console"):
         raise ConfigError("log_format", f"must be auto, json or console, got {cfg.log_format!r}")
-    if cfg.log_level.lower() not in ("debug", "info", "warning", "error"):
-        raise ConfigError(
-            "log_level", f"must be debug, info, warning or error, got {cfg.log_level!r}"
-        )
+    for key in ("log_level", "log_request_level"):
+        if getattr(cfg, key).lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(
+                key, f"must be debug, info, warning or error, got {getattr(cfg, key)!r}"
+            )
     # Kafka's own frames can't be smaller than a header, and a size field is an int32.
     if not 64 <= cfg.max_frame_bytes <= 2**31 - 1:
         raise ConfigError(
             "max_frame_bytes", f"must be between 64 and 2147483647, got {cfg.max_frame_bytes}"
         )
-    for key in ("upstream_connect_timeout_s", "drain_timeout_s"):
+    for key in ("upstream_connect_timeout_s", "drain_timeout_s", "zookeeper_timeout_s"):
         if not getattr(cfg, key) > 0:  # "not >" also rejects NaN, which TOML allows
             raise ConfigError(key, f"must be > 0, got {getattr(cfg, key)}")
     if cfg.node_id is not None and cfg.node_id < 0:
@@ -256,5 +292,19 @@ def _validate(cfg: Config) -> None:
             "broker_software_version",
             "set broker_software_name and broker_software_version together",
         )
+    if cfg.zookeeper_chroot.strip("/") == "":
+        raise ConfigError("zookeeper_chroot", "must name a path below '/', e.g. /kafka-gateway")
+    if cfg.zookeeper_auth is not None and ":" not in cfg.zookeeper_auth:
+        raise ConfigError("zookeeper_auth", "expected 'user:password'")
+    if cfg.gateway_id is not None and (
+        not cfg.gateway_id or "/" in cfg.gateway_id or cfg.gateway_id in (".", "..")
+    ):
+        raise ConfigError(
+            "gateway_id", f"must be a non-empty name without '/', got {cfg.gateway_id!r}"
+        )
+    try:
+        load_catalogue(cfg.features_catalogue)
+    except CatalogueError as exc:
+        raise ConfigError("features.catalogue", str(exc)) from None
     if cfg.mode == "cluster" and cfg.port_base is not None and not 1 <= cfg.port_base <= 65535:
         raise ConfigError("port_base", f"must be a port, got {cfg.port_base}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import sys
 
 import structlog
@@ -27,7 +28,31 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    # kazoo logs every failed reconnect attempt through stdlib logging, unformatted; the
+    # gateway logs ZooKeeper state changes itself (features.zookeeper_state).
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger(name)
+
+
+class RequestLog:
+    """The request log: one line per answered request, for a sampled fraction of them.
+
+    ``sample_rate`` 1.0 logs every request, 0.01 one in a hundred (chosen at random, so
+    every client and API shows up in proportion). ``level`` is the level the lines are
+    logged at, so ``log_level`` can still filter them.
+    """
+
+    def __init__(self, sample_rate: float, level: str = "info") -> None:
+        self.sample_rate = sample_rate
+        self._log = get_logger("gateway.requests")
+        self._emit = getattr(self._log, level.lower())
+        self._random = random.random
+
+    def sampled(self) -> bool:
+        return self.sample_rate >= 1.0 or self._random() < self.sample_rate
+
+    def emit(self, event: str, **fields: object) -> None:
+        self._emit(event, **fields)

@@ -1,13 +1,33 @@
 """Prometheus metrics of the gateway.
 
-Label values are bounded: api names come from kio's table, reasons from a fixed set.
-Hot-path counters are bound to their label values once (see ``Metrics``) so a request
-costs an increment, not a label lookup.
+Label values are bounded: api names come from kio's table, reasons from a fixed set,
+client software from KIP-511-validated strings ("unknown" otherwise), listeners and
+features from config. Per-request traffic is not counted through labelled prometheus
+objects (a label lookup per request would cost more than the rest of the fast path);
+each connection counts into plain dicts (``protocol.ApiStats``) and ``TrafficCollector``
+folds them into labelled series when scraped, when a client identifies itself and
+when a connection closes.
+
+Everything here runs on the event loop thread, including scrapes (``server.http``
+serves /metrics from the loop), so no locks are needed.
+
+Several processes: a gateway is one process; to use more cores run several gateways
+(one per broker in sidecar mode, or several behind a TCP balancer), each with its own
+metrics port, and let Prometheus sum across targets. Every series carries only this
+process's counts, so sums are correct.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..protocol._apis import api_name
+from ..protocol._stats import LATENCY_BUCKETS, ApiStats
 
 # Why a frame or connection was refused; the bounded label set of rejected_requests.
 REJECT_REASONS = (
@@ -17,17 +37,114 @@ REJECT_REASONS = (
     "unsupported_version",
     "gated_by_feature",
     "invalid_client_software",
+    "unauthorized",
 )
+
+TRAFFIC_LABELS = (
+    "listener",
+    "api_key",
+    "api",
+    "api_version",
+    "client_software_name",
+    "client_software_version",
+)
+
+# (listener, client software name, client software version)
+Who = tuple[str, str, str]
+
+
+class TrafficCollector(Collector):
+    """requests_total, responses_total, request_latency_seconds and client byte counters."""
+
+    def __init__(self, refresh: Callable[[], None] | None = None) -> None:
+        self.refresh = refresh  # folds live connections before a scrape
+        self.requests: dict[tuple[str, str, str, int, int], int] = {}
+        self.responses: dict[tuple[str, str, str, int, int], int] = {}
+        self.latency: dict[int, list[float]] = {}
+        self.bytes_in: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}
+
+    def fold(self, who: Who, stats: ApiStats, bytes_in: int, bytes_out: int) -> None:
+        """Add one connection's counts (already taken from it) under its labels."""
+        for target, source in ((self.requests, stats.requests), (self.responses, stats.responses)):
+            for (key, version), count in source.items():
+                label = (*who, key, version)
+                target[label] = target.get(label, 0) + count
+        for key, histogram in stats.latency.items():
+            mine = self.latency.get(key)
+            if mine is None:
+                self.latency[key] = list(histogram)
+            else:
+                for i, value in enumerate(histogram):
+                    mine[i] += value
+        listener = who[0]
+        if bytes_in:
+            self.bytes_in[listener] = self.bytes_in.get(listener, 0) + bytes_in
+        if bytes_out:
+            self.bytes_out[listener] = self.bytes_out.get(listener, 0) + bytes_out
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        if self.refresh is not None:
+            self.refresh()
+        return list(self._families())
+
+    def _families(self) -> Iterator[Metric]:
+        for name, doc, data in (
+            ("kafka_gateway_requests", "Requests received from clients", self.requests),
+            (
+                "kafka_gateway_responses",
+                "Responses sent to clients (from the upstream or the gateway)",
+                self.responses,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=TRAFFIC_LABELS)
+            for (listener, sw_name, sw_version, key, version), count in sorted(data.items()):
+                family.add_metric(
+                    [listener, str(key), api_name(key), str(version), sw_name, sw_version],
+                    count,
+                )
+            yield family
+        histogram = HistogramMetricFamily(
+            "kafka_gateway_request_latency_seconds",
+            "Time from a request's arrival to its response going out to the client",
+            labels=["api"],
+        )
+        for key, values in sorted(self.latency.items()):
+            cumulative = 0.0
+            buckets = []
+            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), values[1:], strict=True):
+                cumulative += count
+                buckets.append((_bound(bound), cumulative))
+            histogram.add_metric([api_name(key)], buckets, values[0])
+        yield histogram
+        for name, doc, data in (
+            ("kafka_gateway_client_received_bytes", "Bytes received from clients", self.bytes_in),
+            ("kafka_gateway_client_sent_bytes", "Bytes sent to clients", self.bytes_out),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["listener"])
+            for listener, count in sorted(data.items()):
+                family.add_metric([listener], count)
+            yield family
+
+
+def _bound(value: float) -> str:
+    return "+Inf" if value == float("inf") else repr(value)
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self.traffic = TrafficCollector()
+        r.register(self.traffic)
         self.connections_active = Gauge(
             "kafka_gateway_connections_active",
-            "Client connections currently open",
-            ["listener"],
+            "Client connections currently open, by listener and client software "
+            "(KIP-511's connection count)",
+            ["listener", "client_software_name", "client_software_version"],
             registry=r,
         )
         self.connections_total = Counter(
@@ -68,6 +185,66 @@ class Metrics:
             "Client connections that closed in the middle of a request frame",
             registry=r,
         )
+        # -- feature gating (KIP-584) --
+        self.feature_finalized_level = Gauge(
+            "kafka_gateway_feature_finalized_level",
+            "Finalized level of each feature this gateway enforces (0: not finalized)",
+            ["feature"],
+            registry=r,
+        )
+        self.feature_epoch = Gauge(
+            "kafka_gateway_feature_finalized_epoch",
+            "Epoch of the finalized features this gateway serves (-1: none)",
+            registry=r,
+        )
+        self.feature_epoch.set(-1)
+        self.feature_supported_min = Gauge(
+            "kafka_gateway_feature_supported_min_level",
+            "Lowest level of each feature this gateway supports",
+            ["feature"],
+            registry=r,
+        )
+        self.feature_supported_max = Gauge(
+            "kafka_gateway_feature_supported_max_level",
+            "Highest level of each feature this gateway (catalogue and upstream) supports",
+            ["feature"],
+            registry=r,
+        )
+        self.zookeeper_connected = Gauge(
+            "kafka_gateway_zookeeper_connected",
+            "1 while the ZooKeeper session is connected (0 also when ZooKeeper is not used)",
+            registry=r,
+        )
+        self.zookeeper_staleness = Gauge(
+            "kafka_gateway_zookeeper_staleness_seconds",
+            "Seconds the served finalized features have gone unconfirmed by ZooKeeper",
+            registry=r,
+        )
+        self.healthy = Gauge(
+            "kafka_gateway_healthy",
+            "1 when the gateway can serve the finalized feature levels, else 0",
+            registry=r,
+        )
+        self.healthy.set(1)
+        self.info = Gauge(
+            "kafka_gateway_info",
+            "Constant 1, labelled with this gateway's and its upstream broker's software",
+            [
+                "gateway_id",
+                "gateway_version",
+                "broker_software_name",
+                "broker_software_version",
+                "upstream",
+            ],
+            registry=r,
+        )
 
-    def serve(self, host: str, port: int) -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+    def client_identified(self, listener: str, old: tuple[str, str], new: tuple[str, str]) -> None:
+        self.connections_active.labels(listener, *old).dec()
+        self.connections_active.labels(listener, *new).inc()
+
+    def set_info(self, **labels: Any) -> None:
+        self.info.labels(**labels).set(1)
+
+
+__all__ = ["REJECT_REASONS", "Metrics", "TrafficCollector"]

@@ -19,6 +19,7 @@ from time import perf_counter
 
 from ._apis import PRODUCE
 from ._headers import RequestHeader, parse_request_header, produce_acks
+from ._stats import ApiStats
 from ._wire import Incomplete, Malformed
 
 # Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
@@ -32,13 +33,25 @@ _SIZE_CORRELATION = struct.Struct(">ii")
 class InFlightRequest:
     """A request whose response is awaited (or, when ``local`` is set, already made)."""
 
-    __slots__ = ("api_key", "api_version", "context", "correlation_id", "local", "started")
+    __slots__ = (
+        "api_key",
+        "api_version",
+        "context",
+        "correlation_id",
+        "local",
+        "request_bytes",
+        "response_bytes",
+        "started",
+    )
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.started = perf_counter()
+        # Frame sizes (length prefix included), for the request log.
+        self.request_bytes = 0
+        self.response_bytes = 0
         # A response the gateway produced itself; it is released to the client once
         # every earlier upstream response has gone out, because clients (the Java one
         # in particular) require responses in request order.
@@ -51,11 +64,14 @@ class InFlightRequest:
 class InFlight:
     """Outstanding requests of one connection, in the order they were sent."""
 
-    __slots__ = ("_entries", "_local_pending")
+    __slots__ = ("_entries", "_local_pending", "observer", "stats")
 
     def __init__(self) -> None:
         self._entries: dict[int, InFlightRequest] = {}
         self._local_pending = 0
+        self.stats = ApiStats()
+        # Called with each answered request (e.g. the request log); None costs nothing.
+        self.observer: Callable[[InFlightRequest], None] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -84,11 +100,15 @@ class InFlight:
         """``entry``'s upstream response has wholly gone out; return the local
         responses that may follow it now."""
         self._entries.pop(entry.correlation_id, None)
+        self.stats.response(entry)
+        if self.observer is not None:
+            self.observer(entry)
         return self.release_ready() if self._local_pending else []
 
     def answer_locally(self, entry: InFlightRequest, frame: bytes) -> list[bytes]:
         """Attach a gateway-made response; return the frames that may go out now."""
         entry.local = frame
+        entry.response_bytes = len(frame)
         self._local_pending += 1
         return self.release_ready()
 
@@ -103,6 +123,9 @@ class InFlight:
             del entries[first.correlation_id]
             self._local_pending -= 1
             ready.append(first.local)
+            self.stats.response(first)
+            if self.observer is not None:
+                self.observer(first)
         return ready
 
     @property
@@ -288,6 +311,7 @@ class RequestReader(_Reader):
         inflight = self._inflight
         intercept = self._intercept
         max_size = self._max
+        requests = inflight.stats.requests
         while n - pos >= 12:
             size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(mv, pos)
             if size > max_size or size < 8:  # inline: this loop runs once per request
@@ -298,6 +322,7 @@ class RequestReader(_Reader):
             end = pos + 4 + size
             if intercept is not None and intercept(key, version):
                 self.frames += 1
+                requests[(key, version)] = requests.get((key, version), 0) + 1
                 if span < pos:
                     out.append(mv[span:pos])
                 pos = span = self._start_gather(mv, pos, end, n, None, out)
@@ -322,8 +347,9 @@ class RequestReader(_Reader):
             else:
                 expects_response = True
             self.frames += 1  # counted here: a produce header may first wait for more bytes
+            requests[(key, version)] = requests.get((key, version), 0) + 1
             if expects_response:
-                inflight.add(key, version, correlation_id)
+                inflight.add(key, version, correlation_id).request_bytes = size + 4
             if end > n:
                 self._pass = end - n
                 pos = n
@@ -343,6 +369,7 @@ class RequestReader(_Reader):
             self._fail(out, "malformed_frame", f"request header: {exc}")
             return
         entry = self._inflight.add(header.api_key, header.api_version, header.correlation_id)
+        entry.request_bytes = len(frame)
         out.append(RequestFrame(header, frame, entry))
 
 
@@ -382,6 +409,8 @@ class ResponseReader(_Reader):
                 return
             end = pos + 4 + size
             entry = inflight.match_upstream(correlation_id)
+            if entry is not None:
+                entry.response_bytes = size + 4
             if entry is None or (intercept is not None and intercept(entry)):
                 if span < pos:
                     out.append(mv[span:pos])

@@ -1,23 +1,41 @@
-"""The gateway process: listeners, the connection set, signals and graceful shutdown."""
+"""The gateway process: listeners, the connection set, feature gating, health, signals
+and graceful shutdown.
+
+Start-up order: ask the upstream ApiVersions (so the gateway knows what it supports),
+connect to ZooKeeper and read the finalized feature levels (refusing to start if they
+exceed that support), open the listeners, serve /metrics and the health endpoints,
+register in ZooKeeper. Shutdown runs it backwards: readiness flips first, listeners
+close, in-flight requests drain, the registration is removed.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
+import struct
+import time
 
+from .. import __version__
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
+from ..features.znode import Registration
+from ..interceptors import upstream as internal
 from ..interceptors.api_versions import SoftwareTags
-from ..observability.logging import get_logger
+from ..observability.logging import RequestLog, get_logger
 from ..observability.metrics import Metrics
-from ..protocol import DESCRIBE_CLUSTER
+from ..protocol import DESCRIBE_CLUSTER, UPDATE_FEATURES
 from ..versions import (
+    ApiVersionsError,
     BrokerSoftware,
     VersionRange,
     fingerprint,
     gateway_supported,
     negotiate,
+    parse_api_versions_response,
 )
+from .features import FeatureGate
+from .http import check_route, json_route, metrics_route, serve_http
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
 
@@ -45,20 +63,88 @@ class Gateway:
         # Holds the listener-opening tasks so they are not garbage-collected mid-flight.
         self._broker_listeners: dict[int, asyncio.Task[None]] = {}
         self._stopping: asyncio.Event | None = None
-        self.ready = False
+        # Where each listener binds and forwards to, to reopen them after a pause.
+        self._listen_specs: dict[str, tuple[HostPort, HostPort]] = {}
+        self._http: asyncio.Server | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.gateway_id = config.gateway_id or f"{config.advertised}:{config.listen.port}"
+        self.features = FeatureGate(config, self.metrics, self._features_changed, self.registration)
+        self.metrics.traffic.refresh = self._fold_live_connections
+        self.started = False
+        self.stopping = False
+        self.request_log = (
+            RequestLog(config.log_requests, config.log_request_level)
+            if config.log_requests > 0
+            else None
+        )
+        self._update_allowed = [
+            ipaddress.ip_network(cidr, strict=False) for cidr in config.features_update_allowed_from
+        ]
 
     # -- listeners -------------------------------------------------------------------
     async def start(self) -> None:
+        """Raises FeatureStartupError (refuse to start) or OSError (cannot listen)."""
         self._stopping = asyncio.Event()
         upstream = self.config.upstream
         assert upstream is not None
+        await self._probe_upstream(upstream)
+        await self.features.start()
         name = "bootstrap" if self.config.mode == "cluster" else "sidecar"
         await self._listen(name, self.config.listen, upstream)
         if self.config.metrics_listen is not None:
-            self.metrics.serve(self.config.metrics_listen.host, self.config.metrics_listen.port)
-        self.ready = True
+            self._http = await serve_http(
+                self.config.metrics_listen.host,
+                self.config.metrics_listen.port,
+                {
+                    "/metrics": metrics_route(self.metrics.registry),
+                    "/healthz": check_route(self.health),
+                    "/readyz": check_route(self.readiness),
+                    "/connections": json_route(self.registry.snapshot),
+                },
+            )
+        await self.features.register_now()
+        self.started = True
+        self._update_health()
+
+    @property
+    def ready(self) -> bool:
+        return self.readiness()[0]
+
+    def health(self) -> tuple[bool, str]:
+        if not self.features.compatible:
+            return False, "finalized feature levels exceed what this gateway supports"
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.started:
+            return False, "starting"
+        if self.stopping:
+            return False, "draining"
+        if not self.features.compatible:
+            return False, "not accepting connections: incompatible finalized feature levels"
+        return True, "ready"
+
+    async def _probe_upstream(self, upstream: HostPort) -> None:
+        """Learn the upstream's ApiVersions before clients come (feature support, the
+        startup check, the registration). A broker that is down now is not fatal: the
+        first client connection will learn the same."""
+        try:
+            ranges = await asyncio.wait_for(
+                probe_api_versions(upstream), self.config.upstream_connect_timeout_s
+            )
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
+            self.metrics.upstream_connect_errors.labels(str(upstream)).inc()
+            log.warning(
+                "upstream.probe_failed",
+                upstream=str(upstream),
+                error=str(exc) or type(exc).__name__,
+                consequence="feature support is learned from the first client connection",
+            )
+            return
+        self.advertised_ranges(upstream, ranges)
 
     async def _listen(self, name: str, address: HostPort, upstream: HostPort) -> None:
+        self._listen_specs[name] = (address, upstream)
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
             lambda: ClientConnection(self, name, upstream),
@@ -120,10 +206,86 @@ class Gateway:
                 version=software.version,
                 api_keys=len(upstream),
             )
-        ranges = negotiate(self._own_ranges, upstream)
+            self._set_info(address, software)
+        available = negotiate(self._own_ranges, upstream)
+        self.features.set_available(str(address), available)
+        ranges = negotiate(self._own_ranges, upstream, self.features.caps)
         if self.synthesizes_describe_cluster(upstream):
             ranges[DESCRIBE_CLUSTER] = self._own_ranges[DESCRIBE_CLUSTER]
+        if self.features.enabled:
+            # Finalized levels live in the gateways' ZooKeeper: the gateway answers it.
+            ranges[UPDATE_FEATURES] = self._own_ranges[UPDATE_FEATURES]
         return ranges
+
+    def _set_info(self, address: HostPort, software: BrokerSoftware) -> None:
+        shown = self.broker_software(address)
+        self.metrics.set_info(
+            gateway_id=self.gateway_id,
+            gateway_version=__version__,
+            broker_software_name=shown.name,
+            broker_software_version=shown.version,
+            upstream=str(address),
+        )
+
+    # -- feature gating --------------------------------------------------------------
+    def registration(self) -> Registration:
+        cfg = self.config
+        upstream = cfg.upstream
+        assert upstream is not None
+        software = self.broker_software(upstream)
+        metrics_url = None
+        if cfg.metrics_listen is not None:
+            host = cfg.metrics_listen.host
+            if host in ("0.0.0.0", "::"):
+                host = cfg.advertised
+            metrics_url = f"http://{HostPort(host, cfg.metrics_listen.port)}/metrics"
+        return Registration(
+            gateway_id=self.gateway_id,
+            listener=str(HostPort(cfg.advertised, cfg.listen.port)),
+            upstream=str(upstream),
+            features=dict(self.features.supported or {}),
+            metrics_url=metrics_url,
+            broker_software_name=software.name,
+            broker_software_version=software.version,
+            gateway_version=__version__,
+            timestamp_ms=int(time.time() * 1000),
+        )
+
+    def _features_changed(self) -> None:
+        """Finalized levels or compatibility changed: re-cap every connection."""
+        for conn in list(self.connections):
+            conn.renegotiate()
+        self._update_health()
+
+    def _update_health(self) -> None:
+        compatible = self.features.compatible
+        self.metrics.healthy.set(1 if compatible else 0)
+        if not self.started or self.stopping:
+            return
+        if not compatible and self._servers:
+            for server in self._servers.values():
+                server.close()
+            self._servers.clear()
+            log.error("gateway.listeners_paused", reason="incompatible finalized feature levels")
+        elif compatible and not self._servers and self._listen_specs:
+            loop = asyncio.get_running_loop()
+            for name, (address, upstream) in list(self._listen_specs.items()):
+                task = loop.create_task(self._listen(name, address, upstream))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+            log.info("gateway.listeners_resumed")
+
+    def own_range(self, api_key: int) -> VersionRange | None:
+        return self._own_ranges.get(api_key)
+
+    def update_features_allowed(self, peer: str) -> bool:
+        """Whether a client at ``peer`` ("host:port") may change finalized features."""
+        host = peer.rpartition(":")[0].strip("[]")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in network for network in self._update_allowed)
 
     def broker_software(self, address: HostPort) -> BrokerSoftware:
         """KIP-885 values for an upstream: configured, else its fingerprint."""
@@ -150,23 +312,35 @@ class Gateway:
     # -- connections -----------------------------------------------------------------
     def connection_opened(self, conn: ClientConnection) -> ClientInfo:
         self.connections.add(conn)
+        info = self.registry.add(conn.peer, conn.listener)
         self.metrics.connections_total.labels(conn.listener).inc()
-        self.metrics.connections_active.labels(conn.listener).inc()
-        return self.registry.add(conn.peer, conn.listener)
+        self.metrics.connections_active.labels(conn.listener, *info.software).inc()
+        return info
 
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
-            self.metrics.connections_active.labels(conn.listener).dec()
+            conn.fold_stats()
             if conn.info is not None:
+                self.metrics.connections_active.labels(conn.listener, *conn.info.software).dec()
                 self.registry.remove(conn.info.connection_id)
+
+    def _fold_live_connections(self) -> None:
+        for conn in list(self.connections):
+            conn.fold_stats()
 
     # -- lifecycle -------------------------------------------------------------------
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.features.stop()
+            if self._http is not None:
+                self._http.close()
+            raise
         assert self._stopping is not None
         await self._stopping.wait()
         await self.shutdown()
@@ -177,8 +351,8 @@ class Gateway:
             self._stopping.set()
 
     async def shutdown(self) -> None:
-        """Stop accepting, let in-flight requests finish, then close what is left."""
-        self.ready = False
+        """Stop accepting, let in-flight requests finish, close what is left, deregister."""
+        self.stopping = True  # readiness flips first
         for server in self._servers.values():
             server.close()
         for conn in list(self.connections):
@@ -188,4 +362,25 @@ class Gateway:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn.abort()
+        await self.features.stop()
+        if self._http is not None:
+            self._http.close()
         log.info("gateway.stopped", unfinished_connections=len(self.connections))
+
+
+async def probe_api_versions(address: HostPort) -> dict[int, VersionRange]:
+    """Ask a broker ApiVersions on a connection of its own (latest version, then v0)."""
+    reader, writer = await asyncio.open_connection(address.host, address.port)
+    try:
+        for build in (internal.api_versions_request, internal.api_versions_v0_request):
+            version, request = build(-1)
+            writer.write(request)
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            payload = await reader.readexactly(size)
+            try:
+                return parse_api_versions_response(payload[4:], version)
+            except ApiVersionsError:
+                continue
+        raise ValueError("the upstream refused ApiVersions v0")
+    finally:
+        writer.close()

@@ -17,18 +17,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
+from ..features.catalogue import required_level
+from ..features.validation import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UpdateResult
 from ..interceptors import upstream as internal
 from ..interceptors.addresses import REWRITTEN_RESPONSES, rewrite_response
 from ..interceptors.api_versions import add_broker_software, answer_api_versions
 from ..interceptors.describe_cluster import add_software_per_broker
 from ..interceptors.unsupported import unsupported_version_response
+from ..interceptors.update_features import parse_update_features, update_features_response
 from ..observability.logging import get_logger
 from ..protocol import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
     METADATA,
+    UPDATE_FEATURES,
     DroppedResponse,
     InFlight,
     InFlightRequest,
@@ -41,7 +46,7 @@ from ..protocol import (
     frame,
     response_body_offset,
 )
-from ..protocol._apis import has_schema
+from ..protocol._apis import api_name, has_schema
 from ..versions import ApiVersionsError, VersionRange, parse_api_versions_response
 
 if TYPE_CHECKING:
@@ -111,6 +116,11 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self._client_paused = False
         self.draining = False
+        # Byte counts already folded into the Prometheus counters.
+        self._folded_in = 0
+        self._folded_out = 0
+        if gateway.request_log is not None:
+            self.inflight.observer = self._log_request
 
     # -- client socket -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -184,11 +194,17 @@ class ClientConnection(asyncio.Protocol):
             return
         allowed = self.ranges.get(header.api_key)
         if allowed is not None and allowed[0] <= header.api_version <= allowed[1]:
-            # Only DescribeCluster gets here: the upstream lacks it (or it is hidden).
-            self._synthesize_describe_cluster(request, bytes(body))
+            if header.api_key == UPDATE_FEATURES:
+                self._update_features(request, body)
+            else:
+                # DescribeCluster: the upstream lacks it (or it is hidden).
+                self._synthesize_describe_cluster(request, bytes(body))
             return
         spec = api_spec(header.api_key)
         reason = "unknown_api_key" if spec is None else "unsupported_version"
+        gated = self._gated_by(header.api_key, header.api_version)
+        if gated is not None:
+            reason = "gated_by_feature"
         self.gateway.metrics.rejected.labels(reason).inc()
         payload = None
         if spec is not None and has_schema(header.api_key, header.api_version):
@@ -202,6 +218,7 @@ class ClientConnection(asyncio.Protocol):
             advertised=allowed,
             correlation_id=header.correlation_id,
             action="error_response" if payload else "close",
+            **({"needs_feature": f"{gated[0]}>={gated[1]}"} if gated else {}),
             **self._who(),
         )
         if payload is None:
@@ -210,20 +227,51 @@ class ClientConnection(asyncio.Protocol):
             return
         self._answer_locally(request.request, payload)
 
+    def _gated_by(self, api_key: int, version: int) -> tuple[str, int] | None:
+        """(feature, level) when only an unfinalized feature level withholds this version."""
+        features = self.gateway.features
+        cap = features.caps.get(api_key)
+        if cap is None or version <= cap:
+            return None
+        own = self.gateway.own_range(api_key)
+        theirs = self.upstream_ranges.get(api_key)
+        if own is None or theirs is None:
+            return None
+        if not max(own[0], theirs[0]) <= version <= min(own[1], theirs[1]):
+            return None
+        return required_level(features.catalogue, api_key, version)
+
     def _answer_api_versions(self, request: RequestFrame, body: memoryview) -> None:
         header = request.header
         assert self.ranges is not None
         gw = self.gateway
         software = gw.broker_software(self.upstream_address)
+        features = gw.features
+        feature_fields = {
+            "supported_features": features.supported or {},
+            "finalized_features": features.finalized.levels,
+            "finalized_epoch": features.finalized.epoch,
+        }
         answer = answer_api_versions(
-            header, body, self.ranges, broker_software=software, software_tags=gw.software_tags
+            header,
+            body,
+            self.ranges,
+            broker_software=software,
+            software_tags=gw.software_tags,
+            **feature_fields,
         )
         if answer.client_software is not None and misreads_tagged_fields(*answer.client_software):
             # librdkafka before 2.1 skips one byte too few per tagged field: two KIP-885
             # tags throw its ApiVersions parser off (seen with Debian 12's kcat, 2.0.2).
-            answer = answer_api_versions(header, body, self.ranges, broker_software=None)
+            answer = answer_api_versions(
+                header, body, self.ranges, broker_software=None, **feature_fields
+            )
         if answer.client_software is not None and self.info is not None:
+            # Counts so far belong to the old labels; then move the connection over.
+            self.fold_stats()
+            old = self.info.software
             gw.registry.set_software(self.info.connection_id, *answer.client_software)
+            gw.metrics.client_identified(self.listener, old, self.info.software)
             log.info("connection.identified", listener=self.listener, **self._who())
         elif answer.error_code == 42:
             gw.metrics.rejected.labels("invalid_client_software").inc()
@@ -231,6 +279,85 @@ class ClientConnection(asyncio.Protocol):
         elif answer.error_code == 35:
             gw.metrics.rejected.labels("unsupported_version").inc()
         self._answer_locally(request.request, answer.payload)
+
+    def _update_features(self, request: RequestFrame, body: memoryview) -> None:
+        header = request.header
+        entry = request.request
+        gw = self.gateway
+        try:
+            parsed = parse_update_features(header.api_version, body)
+        except ValueError as exc:
+            log.warning("request.update_features_malformed", error=str(exc), **self._who())
+            payload = update_features_response(
+                header, [], error_code=INVALID_REQUEST, error_message=str(exc)
+            )
+            self._answer_locally(entry, payload)
+            return
+        if not gw.update_features_allowed(self.peer):
+            gw.metrics.rejected.labels("unauthorized").inc()
+            message = (
+                "UpdateFeatures through kafka-gateway is refused for this client address "
+                "(see features.update_allowed_from); use featurectl"
+            )
+            log.warning(
+                "request.update_features_refused",
+                updates=[f"{u.feature}={u.level}" for u in parsed.updates],
+                **self._who(),
+            )
+            results = [
+                UpdateResult(u.feature, CLUSTER_AUTHORIZATION_FAILED, message)
+                for u in parsed.updates
+            ]
+            payload = update_features_response(
+                header, results, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=message
+            )
+            self._answer_locally(entry, payload)
+            return
+
+        async def run() -> None:
+            results, error_code, message = await gw.features.apply_updates(
+                parsed.updates,
+                validate_only=parsed.validate_only,
+                all_or_nothing=header.api_version >= 2,
+                who=self._who(),
+            )
+            if not self._closed:
+                payload = update_features_response(
+                    header, results, error_code=error_code, error_message=message
+                )
+                self._answer_locally(entry, payload)
+
+        asyncio.get_running_loop().create_task(run())
+
+    def fold_stats(self) -> None:
+        """Move this connection's counts into the labelled Prometheus series."""
+        info = self.info
+        if info is None:
+            return
+        stats = self.inflight.stats.take()
+        bytes_in = info.bytes_in - self._folded_in
+        bytes_out = info.bytes_out - self._folded_out
+        self._folded_in, self._folded_out = info.bytes_in, info.bytes_out
+        self.gateway.metrics.traffic.fold(
+            (self.listener, *info.software), stats, bytes_in, bytes_out
+        )
+
+    def _log_request(self, entry: InFlightRequest) -> None:
+        request_log = self.gateway.request_log
+        if request_log is None or entry.context is not None or not request_log.sampled():
+            return
+        request_log.emit(
+            "request.completed",
+            api=api_name(entry.api_key),
+            api_version=entry.api_version,
+            correlation_id=entry.correlation_id,
+            latency_ms=round((perf_counter() - entry.started) * 1000, 3),
+            request_bytes=entry.request_bytes,
+            response_bytes=entry.response_bytes,
+            outcome="gateway" if entry.local is not None else "upstream",
+            listener=self.listener,
+            **self._who(),
+        )
 
     def _synthesize_describe_cluster(self, request: RequestFrame, body: bytes) -> None:
         header = request.header
@@ -353,11 +480,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _negotiated(self, upstream_ranges: dict[int, VersionRange]) -> None:
         self.upstream_ranges = upstream_ranges
-        self.ranges = self.gateway.advertised_ranges(self.upstream_address, upstream_ranges)
-        self._passthrough = dict(self.ranges)
-        self._passthrough.pop(API_VERSIONS, None)
-        if self.gateway.synthesizes_describe_cluster(upstream_ranges):
-            self._passthrough.pop(DESCRIBE_CLUSTER, None)
+        self.renegotiate()
         held, self._held = self._held, []
         self._held_size = 0
         for data in held:
@@ -365,6 +488,24 @@ class ClientConnection(asyncio.Protocol):
             if self._closed:
                 return
         self.resume_client()
+
+    def renegotiate(self) -> None:
+        """(Re)compute what this connection may use, e.g. after finalized levels changed.
+
+        Clients only re-read ApiVersions on a new connection; until then a version the
+        new levels withhold is answered with UNSUPPORTED_VERSION, as Kafka does.
+        """
+        if self.upstream is None or (not self.upstream_ranges and self.ranges is None):
+            return
+        gw = self.gateway
+        self.ranges = gw.advertised_ranges(self.upstream_address, self.upstream_ranges)
+        passthrough = dict(self.ranges)
+        passthrough.pop(API_VERSIONS, None)
+        if gw.synthesizes_describe_cluster(self.upstream_ranges):
+            passthrough.pop(DESCRIBE_CLUSTER, None)
+        if gw.features.enabled:
+            passthrough.pop(UPDATE_FEATURES, None)
+        self._passthrough = passthrough
 
     def upstream_data(self, data: bytes) -> None:
         client = self.client

@@ -382,3 +382,36 @@ class KafkaConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class Features:
+    """KIP-584 fields of an ApiVersions v3+ answer, parsed by hand from its tags."""
+
+    supported: dict[str, tuple[int, int]]
+    finalized: dict[str, tuple[int, int]]  # name -> (min_version_level, max_version_level)
+    epoch: int
+
+
+def parse_features(answer: ApiVersions) -> Features:
+    def read_string(data: bytes, offset: int) -> tuple[str, int]:
+        length_plus_one, offset = _read_uvarint(data, offset)
+        end = offset + length_plus_one - 1
+        return data[offset:end].decode(), end
+
+    def read_array(data: bytes) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        count_plus_one, offset = _read_uvarint(data, 0)
+        for _ in range(count_plus_one - 1):
+            name, offset = read_string(data, offset)
+            first, second = struct.unpack_from(">hh", data, offset)
+            offset = skip_tagged_fields(data, offset + 4)
+            out[name] = (first, second)
+        return out
+
+    supported = read_array(answer.tagged[0]) if 0 in answer.tagged else {}
+    # FinalizedFeatureKey is (name, max_version_level, min_version_level): swap to (min, max).
+    finalized_raw = read_array(answer.tagged[2]) if 2 in answer.tagged else {}
+    finalized = {name: (low, high) for name, (high, low) in finalized_raw.items()}
+    epoch = struct.unpack(">q", answer.tagged[1])[0] if 1 in answer.tagged else -1
+    return Features(supported, finalized, epoch)

@@ -1,0 +1,81 @@
+"""The operator HTTP endpoint on the event loop: /metrics, /healthz, /readyz, /connections.
+
+Served from the loop (not prometheus_client's thread) so a scrape reads the gateway's
+state without locks. Requests are tiny and rare; each gets one response and a close.
+
+* ``/metrics``: Prometheus text exposition.
+* ``/healthz``: 200 while the gateway can serve the finalized feature levels, else 503
+  (liveness: restart or page someone).
+* ``/readyz``: 200 while listeners accept connections (not before start, not while
+  draining, not while incompatible), else 503 (readiness: route clients elsewhere).
+* ``/connections``: the KIP-511 connection registry as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from ..observability.logging import get_logger
+
+log = get_logger("gateway.http")
+
+Route = Callable[[], tuple[int, str, bytes]]
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+def metrics_route(registry: CollectorRegistry) -> Route:
+    return lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry))
+
+
+def json_route(produce: Callable[[], object]) -> Route:
+    return lambda: (200, "application/json", json.dumps(produce(), indent=1).encode() + b"\n")
+
+
+def check_route(check: Callable[[], tuple[bool, str]]) -> Route:
+    def route() -> tuple[int, str, bytes]:
+        ok, why = check()
+        return (200 if ok else 503), "text/plain; charset=utf-8", (why + "\n").encode()
+
+    return route
+
+
+async def serve_http(host: str, port: int, routes: dict[str, Route]) -> asyncio.Server:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            method, _, rest = head.decode("latin-1").partition(" ")
+            path = rest.partition(" ")[0].partition("?")[0]
+            route = routes.get(path)
+            if method not in ("GET", "HEAD"):
+                status, ctype, body = 405, "text/plain", b"GET only\n"
+            elif route is None:
+                status, ctype, body = (
+                    404,
+                    "text/plain",
+                    b"try /metrics /healthz /readyz /connections\n",
+                )
+            else:
+                status, ctype, body = route()
+            writer.write(
+                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            )
+            if method != "HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass
+        except Exception as exc:  # a broken route must not take the endpoint down
+            log.error("http.route_failed", error=repr(exc))
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, host, port, reuse_address=True)
+    bound = server.sockets[0].getsockname()
+    log.info("http.listening", address=f"{bound[0]}:{bound[1]}", paths=sorted(routes))
+    return server
