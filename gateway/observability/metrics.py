@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -136,6 +136,9 @@ def _bound(value: float) -> str:
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # *_created series double every counter in the exposition for a timestamp
+        # Prometheus already records itself.
+        disable_created_metrics()
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.traffic = TrafficCollector()
