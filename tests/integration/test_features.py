@@ -391,3 +391,53 @@ def test_update_features_from_an_allowed_address_uses_featurectls_validation(
     response = update_features(gw, 0, upgrade_type=2)
     assert [int(r.error_code) for r in response.results] == [0]
     assert store.read().levels == {}
+
+
+def featurectl(zookeeper: ZooKeeperProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "featurectl", *args[:1], "--zookeeper", zookeeper.connect_string,
+         "--chroot", CHROOT, *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+
+
+def test_featurectl_with_two_real_gateways(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    """The operator's path end to end: describe, a finalize the older gateway blocks, a
+    finalize both can serve, a downgrade refused without its flag, then allowed."""
+    a = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-a", CATALOGUE_A)
+    b = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-b", CATALOGUE_B)
+    wait_for(lambda: len(store.registrations()) == 2, what="both registrations")
+
+    described = featurectl(zookeeper, "describe", "--output", "json")
+    assert described.returncode == 0, described.stderr
+    assert "gw-b" in described.stdout  # LimitedBy: gw-b holds test.version at 1
+
+    blocked = featurectl(zookeeper, "finalize", "--feature", f"{FEATURE}=2")
+    assert blocked.returncode == 1
+    assert "gw-b (supports 0-1)" in blocked.stderr
+    assert store.read() == Finalized({}, -1)
+
+    done = featurectl(zookeeper, "finalize", "--feature", f"{FEATURE}=1")
+    assert done.returncode == 0, done.stderr
+    assert "-1 → 0" in done.stdout or "- → 0" in done.stdout
+    for gw in (a, b):
+        wait_for(lambda gw=gw: features_of(gw)[0].finalized == {FEATURE: (1, 1)}, what=gw.name)
+        assert features_of(gw)[0].epoch == 0
+
+    refused = featurectl(zookeeper, "downgrade", "--feature", f"{FEATURE}=0")
+    assert refused.returncode in (1, 2)
+    assert "--allow-downgrade" in refused.stderr
+    assert store.read().levels == {FEATURE: 1}
+
+    allowed = featurectl(zookeeper, "disable", "--feature", FEATURE, "--allow-downgrade")
+    assert allowed.returncode == 0, allowed.stderr
+    for gw in (a, b):
+        wait_for(lambda gw=gw: features_of(gw)[0].epoch == 1, what=f"{gw.name} epoch 1")
+        assert features_of(gw)[0].finalized == {}
