@@ -153,7 +153,13 @@ def run(config: Config) -> int:
                 f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
                 f"  (bootstrap.servers={config.advertised}:{config.listen.port})\n"
                 f"  broker (Tansu): {stack.broker}   ZooKeeper: {stack.zookeeper}\n"
-                f"  logs and data: {stack.workdir}\n  Ctrl-C stops everything.\n",
+                f"  feature levels: featurectl describe --zookeeper {stack.zookeeper}\n"
+                + (
+                    f"  metrics: http://{config.metrics_listen}/metrics\n"
+                    if config.metrics_listen
+                    else ""
+                )
+                + f"  logs and data: {stack.workdir}\n  Ctrl-C stops everything.\n",
                 file=sys.stderr,
                 flush=True,
             )
