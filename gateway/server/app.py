@@ -210,11 +210,18 @@ class Gateway:
         available = negotiate(self._own_ranges, upstream)
         self.features.set_available(str(address), available)
         ranges = negotiate(self._own_ranges, upstream, self.features.caps)
+        caps = self.features.caps
+        answered_here = [UPDATE_FEATURES] if self.features.enabled else []
         if self.synthesizes_describe_cluster(upstream):
-            ranges[DESCRIBE_CLUSTER] = self._own_ranges[DESCRIBE_CLUSTER]
-        if self.features.enabled:
-            # Finalized levels live in the gateways' ZooKeeper: the gateway answers it.
-            ranges[UPDATE_FEATURES] = self._own_ranges[UPDATE_FEATURES]
+            answered_here.append(DESCRIBE_CLUSTER)
+        for key in answered_here:
+            # The gateway answers these itself (UpdateFeatures: the finalized levels live
+            # in the gateways' ZooKeeper), so the upstream does not limit them; the
+            # feature caps still do.
+            low, high = self._own_ranges[key]
+            high = min(high, caps.get(key, high))
+            if low <= high:
+                ranges[key] = (low, high)
         return ranges
 
     def _set_info(self, address: HostPort, software: BrokerSoftware) -> None:
