@@ -8,6 +8,11 @@ the in-flight table and forwards them (even a 100 MiB fetch streams through in t
 chunks the socket delivered). Only intercepted frames are gathered whole.
 
 Order of the list is the order on the wire; the I/O layer must keep it.
+
+After a successful SaslHandshake v0 both readers pass raw SASL tokens (no headers)
+until the exchange ends; the rules are in ``gateway.protocol._sasl``. Client bytes sent
+out of turn meanwhile are held: the I/O layer calls ``RequestReader.resume()`` when
+``RequestReader.held`` is set after feeding broker bytes.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 
-from ._apis import PRODUCE
+from . import _sasl
+from ._apis import PRODUCE, SASL_HANDSHAKE
 from ._headers import RequestHeader, parse_request_header, produce_acks
+from ._sasl import SaslExchange, handshake_mechanism
 from ._stats import ApiStats
-from ._wire import Incomplete, Malformed
+from ._wire import INT16, INT32, Incomplete, Malformed
 
 # Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
 # the connection on a real broker too.
@@ -64,12 +71,15 @@ class InFlightRequest:
 class InFlight:
     """Outstanding requests of one connection, in the order they were sent."""
 
-    __slots__ = ("_entries", "_local_pending", "observer", "stats")
+    __slots__ = ("_entries", "_local_pending", "observer", "sasl", "stats")
 
     def __init__(self) -> None:
         self._entries: dict[int, InFlightRequest] = {}
         self._local_pending = 0
         self.stats = ApiStats()
+        # A SaslHandshake v0 exchange switches both directions to raw tokens; the two
+        # readers share this connection-wide state through the table they share.
+        self.sasl = SaslExchange()
         # Called with each answered request (e.g. the request log); None costs nothing.
         self.observer: Callable[[InFlightRequest], None] | None = None
 
@@ -292,7 +302,7 @@ class _Reader:
 class RequestReader(_Reader):
     """Client → upstream. Records every request that expects a response."""
 
-    __slots__ = ("_inflight", "_intercept", "frames")
+    __slots__ = ("_inflight", "_intercept", "frames", "held")
 
     def __init__(
         self,
@@ -304,8 +314,32 @@ class RequestReader(_Reader):
         self._inflight = inflight
         self._intercept = intercept
         self.frames = 0  # request frames seen, for the connection registry
+        # Client bytes are held while a SaslHandshake v0 exchange waits for the broker
+        # (see gateway.protocol._sasl); the I/O layer then calls ``resume()``.
+        self.held = False
+
+    def resume(self) -> list[Item]:
+        """Take up held client bytes again, once the broker's side of the SASL exchange
+        moved on (they may be held again if it is still not the client's turn)."""
+        if not self.held or self._failed:
+            return []
+        self.held = False
+        data, self._head = self._head, b""
+        out: list[Item] = []
+        self._split(data, memoryview(data), 0, out)
+        return out
 
     def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
+        sasl = self._inflight.sasl
+        n = len(data)
+        while pos < n and not self._failed:
+            if sasl.state:
+                pos = self._split_sasl(data, mv, pos, out)
+            else:
+                pos = self._split_requests(data, mv, pos, out)
+
+    def _split_requests(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
+        """Kafka requests from ``pos``; return where a SASL exchange takes over, else n."""
         n = len(data)
         span = pos  # start of a run of whole pass-through frames, forwarded as one slice
         inflight = self._inflight
@@ -318,7 +352,7 @@ class RequestReader(_Reader):
                 if span < pos:  # the whole frames before the bad one still go out
                     out.append(mv[span:pos])
                 self._fail(out, *self._size_problem(size, 8))  # type: ignore[misc]
-                return
+                return n
             end = pos + 4 + size
             if intercept is not None and intercept(key, version):
                 self.frames += 1
@@ -327,7 +361,7 @@ class RequestReader(_Reader):
                     out.append(mv[span:pos])
                 pos = span = self._start_gather(mv, pos, end, n, None, out)
                 if self._failed or self._gather is not None:
-                    return
+                    return n
                 continue
             if key == PRODUCE:
                 try:
@@ -337,13 +371,39 @@ class RequestReader(_Reader):
                         if span < pos:
                             out.append(mv[span:pos])
                         self._fail(out, "malformed_frame", "produce request ends before acks")
-                        return
+                        return n
                     break  # wait for the rest of the header
                 except Malformed as exc:
                     if span < pos:
                         out.append(mv[span:pos])
                     self._fail(out, "malformed_frame", f"produce request: {exc}")
-                    return
+                    return n
+            elif key == SASL_HANDSHAKE and version == 0:
+                # Raw SASL tokens may follow: what comes next waits for the answer.
+                try:
+                    mechanism = handshake_mechanism(mv[pos + 4 : min(end, n)])
+                except Incomplete:
+                    if end <= n:
+                        if span < pos:
+                            out.append(mv[span:pos])
+                        self._fail(out, "malformed_frame", "SaslHandshake ends before mechanism")
+                        return n
+                    break  # wait for the rest of the mechanism
+                except Malformed as exc:
+                    if span < pos:
+                        out.append(mv[span:pos])
+                    self._fail(out, "malformed_frame", f"SaslHandshake request: {exc}")
+                    return n
+                self.frames += 1
+                requests[(key, version)] = requests.get((key, version), 0) + 1
+                entry = inflight.add(key, version, correlation_id)
+                entry.request_bytes = size + 4
+                inflight.sasl.handshake_sent(entry, mechanism)
+                if end > n:
+                    self._pass = end - n
+                    end = n
+                out.append(mv[span:end])
+                return end
             else:
                 expects_response = True
             self.frames += 1  # counted here: a produce header may first wait for more bytes
@@ -359,6 +419,50 @@ class RequestReader(_Reader):
             out.append(mv[span:pos])
         if pos < n:
             self._head = bytes(mv[pos:])
+        return n
+
+    def _split_sasl(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
+        """Raw SASL tokens from ``pos``; return where Kafka requests resume, else n."""
+        n = len(data)
+        span = pos
+        sasl = self._inflight.sasl
+        while n - pos >= 4:
+            (size,) = INT32.unpack_from(mv, pos)
+            if size > self._max or size < 0:
+                if span < pos:
+                    out.append(mv[span:pos])
+                self._fail(out, *self._size_problem(size, 0))  # type: ignore[misc]
+                return n
+            end = pos + 4 + size
+            verdict = sasl.client_frame(mv[pos + 4 : min(end, n)], end <= n)
+            if verdict == _sasl.TOKEN:
+                if end > n:
+                    self._pass = end - n
+                    pos = n
+                    break
+                pos = end
+                continue
+            if span < pos:
+                out.append(mv[span:pos])
+            span = pos
+            if verdict == _sasl.REQUEST:
+                return pos
+            if verdict == _sasl.HOLD:
+                if n - pos > _sasl.HOLD_LIMIT:
+                    self._fail(
+                        out,
+                        "malformed_frame",
+                        f"client sent {n - pos} bytes during a SASL exchange without "
+                        "waiting for the broker",
+                    )
+                    return n
+                self.held = True
+            break  # HOLD, or MORE: wait for the rest of the frame's header
+        if span < pos:
+            out.append(mv[span:pos])
+        if pos < n:
+            self._head = bytes(mv[pos:])
+        return n
 
     def _emit_gathered(self, out: list[Item]) -> None:
         frame = bytes(self._gather or b"")
@@ -395,22 +499,37 @@ class ResponseReader(_Reader):
             out.extend(self._inflight.finish(entry))
 
     def _split(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> None:
+        sasl = self._inflight.sasl
+        n = len(data)
+        while pos < n and not self._failed:
+            if sasl.state == _sasl.TOKENS:
+                pos = self._split_tokens(data, mv, pos, out)
+            else:
+                pos = self._split_responses(data, mv, pos, out)
+
+    def _split_responses(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
+        """Kafka responses from ``pos``; return where raw SASL tokens start, else n."""
         n = len(data)
         span = pos
         inflight = self._inflight
         intercept = self._intercept
         max_size = self._max
+        handshake = inflight.sasl.handshake  # a SaslHandshake v0 awaiting its answer
         while n - pos >= 8:
             size, correlation_id = _SIZE_CORRELATION.unpack_from(mv, pos)
             if size > max_size or size < 4:  # inline: this loop runs once per response
                 if span < pos:  # the whole frames before the bad one still go out
                     out.append(mv[span:pos])
                 self._fail(out, *self._size_problem(size, 4))  # type: ignore[misc]
-                return
+                return n
             end = pos + 4 + size
             entry = inflight.match_upstream(correlation_id)
             if entry is not None:
                 entry.response_bytes = size + 4
+                if entry is handshake:
+                    if span < pos:
+                        out.append(mv[span:pos])
+                    return self._handshake_answered(mv, pos, end, n, entry, out)
             if entry is None or (intercept is not None and intercept(entry)):
                 if span < pos:
                     out.append(mv[span:pos])
@@ -424,7 +543,7 @@ class ResponseReader(_Reader):
                     continue
                 pos = span = self._start_gather(mv, pos, end, n, entry, out)
                 if self._gather is not None:
-                    return
+                    return n
                 continue
             if end > n:
                 self._pass = end - n
@@ -441,6 +560,58 @@ class ResponseReader(_Reader):
             out.append(mv[span:pos])
         if pos < n:
             self._head = bytes(mv[pos:])
+        return n
+
+    def _handshake_answered(
+        self, mv: memoryview, pos: int, end: int, n: int, entry: InFlightRequest, out: list[Item]
+    ) -> int:
+        """The response to a SaslHandshake v0 starts at ``pos``: read its error code (raw
+        tokens follow if it is 0), then forward or gather the frame as any other."""
+        if n - pos < 10:  # length, correlation id, error code
+            if end <= n:
+                self._fail(out, "malformed_frame", "SaslHandshake response ends before error code")
+            else:
+                self._head = bytes(mv[pos:])
+            return n
+        self._inflight.sasl.handshake_answered(INT16.unpack_from(mv, pos + 8)[0])
+        if self._intercept is not None and self._intercept(entry):
+            return self._start_gather(mv, pos, end, n, entry, out)
+        if end > n:
+            out.append(mv[pos:])
+            self._pass = end - n
+            self._current = entry
+            return n
+        out.append(mv[pos:end])
+        out.extend(self._inflight.finish(entry))
+        return end
+
+    def _split_tokens(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
+        """Raw SASL tokens from the broker; return where Kafka responses resume, else n."""
+        n = len(data)
+        span = pos
+        sasl = self._inflight.sasl
+        while n - pos >= 4:
+            (size,) = INT32.unpack_from(mv, pos)
+            if size > self._max or size < 0:
+                if span < pos:
+                    out.append(mv[span:pos])
+                self._fail(out, *self._size_problem(size, 0))  # type: ignore[misc]
+                return n
+            end = pos + 4 + size
+            sasl.server_frame(size)
+            if end > n:
+                self._pass = end - n  # _current stays None: no in-flight entry to finish
+                pos = n
+                break
+            pos = end
+            if not sasl.state:
+                break
+        if span < pos:
+            out.append(mv[span:pos])
+        if pos < n and sasl.state:
+            self._head = bytes(mv[pos:])
+            return n
+        return pos
 
     def _emit_gathered(self, out: list[Item]) -> None:
         frame = self._gather or bytearray()  # handed over as is: no copy of a large frame

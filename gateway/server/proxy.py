@@ -37,6 +37,7 @@ from ..protocol import (
     DroppedResponse,
     InFlight,
     InFlightRequest,
+    Item,
     ProtocolViolation,
     RequestFrame,
     RequestReader,
@@ -143,9 +144,12 @@ class ClientConnection(asyncio.Protocol):
         info = self.info
         if info is not None:
             info.bytes_in += len(data)
+        self._to_upstream(self.requests.feed(data))
+
+    def _to_upstream(self, items: list[Item]) -> None:
         upstream = self.upstream
         assert upstream is not None  # ranges are only known once upstream is connected
-        for item in self.requests.feed(data):
+        for item in items:
             if isinstance(item, bytes | memoryview):
                 upstream.write(item)
             elif isinstance(item, RequestFrame):
@@ -153,8 +157,8 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(item, ProtocolViolation):
                 self._violation("client", item)
                 return
-        if info is not None:
-            info.requests = self.requests.frames
+        if self.info is not None:
+            self.info.requests = self.requests.frames
 
     def eof_received(self) -> bool:
         return False  # Kafka does not half-close: close both directions.
@@ -535,6 +539,10 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(item, ProtocolViolation):
                 self._violation("upstream", item)
                 return
+        if self.requests.held and not self._closed:
+            # Client bytes sent out of turn in a SaslHandshake v0 exchange were held
+            # until the broker answered; the broker has moved on, take them up again.
+            self._to_upstream(self.requests.resume())
         if self.draining and not self.inflight:
             self.close()
 
