@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .features.catalogue import CatalogueError, load_catalogue
 from .protocol import DEFAULT_MAX_FRAME_BYTES
+from .server.tls import CLIENT_AUTH, TlsSetupError, client_side_context, upstream_context
 
 Mode = Literal["sidecar", "cluster"]
 LogFormat = Literal["auto", "json", "console"]
@@ -94,6 +95,22 @@ class Config:
     broker_software_version_tag: int = 10001
     # KIP-700: answer DescribeCluster from Metadata even when the upstream has it.
     synthesize_describe_cluster: bool = False
+    # TLS towards clients ([tls]), on when tls_cert is set; tls_key may be left out when
+    # the cert file holds the key too. tls_client_auth: "none", "requested" (verify a
+    # certificate when the client sends one) or "required"; the last two need tls_ca.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_client_auth: str = "none"
+    # TLS towards the broker ([upstream_tls], ``enabled = true`` in the table). Without
+    # upstream_tls_ca the system's trusted CAs verify the broker. The certificate must
+    # name upstream_tls_server_hostname (sent as SNI), else the upstream host.
+    upstream_tls: bool = False
+    upstream_tls_ca: str | None = None
+    upstream_tls_cert: str | None = None
+    upstream_tls_key: str | None = None
+    upstream_tls_server_hostname: str | None = None
+    upstream_tls_check_hostname: bool = True
 
     @property
     def advertised(self) -> str:
@@ -162,6 +179,8 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
         ("cluster", ""),
         ("broker_software", "broker_software_"),
         ("features", "features_"),
+        ("tls", "tls_"),
+        ("upstream_tls", "upstream_tls_"),
     ):
         section = flat.pop(table, None)
         if section is None:
@@ -169,9 +188,11 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(section, dict):
             raise ConfigError(table, "expected a table")
         for key, value in section.items():
-            if prefix + key not in _FILE_KEYS:
+            # [upstream_tls] enabled = true sets the key named like the table itself.
+            name = table if key == "enabled" and table in _FILE_KEYS else prefix + key
+            if name not in _FILE_KEYS:
                 raise ConfigError(f"{table}.{key}", f"unknown setting in [{table}]")
-            flat[prefix + key] = value
+            flat[name] = value
     return flat
 
 
@@ -193,7 +214,7 @@ def _convert(key: str, value: Any) -> Any:
         return parse_host_port(key, value, default_host="127.0.0.1" if key == "listen" else None)
     if key == "upstream":
         return parse_host_port(key, value)
-    if key == "synthesize_describe_cluster":
+    if key in ("synthesize_describe_cluster", "upstream_tls", "upstream_tls_check_hostname"):
         if not isinstance(value, bool):
             raise ConfigError(key, f"expected true or false, got {value!r}")
         return value
@@ -308,3 +329,43 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("features.catalogue", str(exc)) from None
     if cfg.mode == "cluster" and cfg.port_base is not None and not 1 <= cfg.port_base <= 65535:
         raise ConfigError("port_base", f"must be a port, got {cfg.port_base}")
+    _validate_tls(cfg)
+
+
+def _validate_tls(cfg: Config) -> None:
+    if cfg.tls_client_auth not in CLIENT_AUTH:
+        raise ConfigError(
+            "tls_client_auth", f"must be none, requested or required, got {cfg.tls_client_auth!r}"
+        )
+    if cfg.tls_cert is None:
+        for key in ("tls_key", "tls_ca"):
+            if getattr(cfg, key) is not None:
+                raise ConfigError(key, "needs tls_cert (TLS towards clients is off without it)")
+        if cfg.tls_client_auth != "none":
+            raise ConfigError("tls_client_auth", "needs tls_cert and tls_ca")
+    elif cfg.tls_client_auth != "none" and cfg.tls_ca is None:
+        raise ConfigError("tls_client_auth", "needs tls_ca, the CA that signs client certificates")
+    elif cfg.tls_ca is not None and cfg.tls_client_auth == "none":
+        raise ConfigError(
+            "tls_ca",
+            "only verifies client certificates: set tls_client_auth to requested or required",
+        )
+    if not cfg.upstream_tls:
+        for key in (
+            "upstream_tls_ca",
+            "upstream_tls_cert",
+            "upstream_tls_key",
+            "upstream_tls_server_hostname",
+        ):
+            if getattr(cfg, key) is not None:
+                raise ConfigError(key, "needs upstream_tls = true ([upstream_tls] enabled = true)")
+    elif cfg.upstream_tls_key is not None and cfg.upstream_tls_cert is None:
+        raise ConfigError("upstream_tls_key", "needs upstream_tls_cert")
+    if cfg.upstream_tls_server_hostname == "":
+        raise ConfigError("upstream_tls_server_hostname", "must not be empty")
+    # Load every file now: a bad one is a config error at start, not a failed handshake.
+    try:
+        client_side_context(cfg)
+        upstream_context(cfg)
+    except TlsSetupError as exc:
+        raise ConfigError(exc.key, exc.reason) from None

@@ -165,7 +165,7 @@ def test_missing_file_and_bad_toml_name_the_config_flag(tmp_path: Path) -> None:
         ('[log]\nlevl = "info"\n', "log.levl"),
         ("[sidecar]\nnodeid = 1\n", "sidecar.nodeid"),
         ("[cluster]\nbase = 1\n", "cluster.base"),
-        ("[tls]\nenabled = true\n", "tls"),
+        ("[tls]\nenabled = true\n", "tls.enabled"),  # client TLS is on when cert is set
     ],
 )
 def test_unknown_keys_are_rejected_by_name(tmp_path: Path, text: str, key: str) -> None:
