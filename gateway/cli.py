@@ -93,6 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="log rendering [auto: console on a TTY, else JSON]",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    tls = p.add_argument_group("TLS ([tls] and [upstream_tls] in the config file)")
+    tls.add_argument("--tls-cert", metavar="PEM", help="serve clients TLS with this certificate")
+    tls.add_argument("--tls-key", metavar="PEM", help="its private key [in --tls-cert]")
+    tls.add_argument("--tls-ca", metavar="PEM", help="CA that signs client certificates")
+    tls.add_argument(
+        "--tls-client-auth",
+        choices=["none", "requested", "required"],
+        help="client certificates: none, requested (verified when sent) or required [none]",
+    )
+    tls.add_argument(
+        "--upstream-tls",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="connect to the broker with TLS [off]",
+    )
+    tls.add_argument("--upstream-tls-ca", metavar="PEM", help="CA of the broker [system CAs]")
+    tls.add_argument("--upstream-tls-cert", metavar="PEM", help="client certificate (mTLS)")
+    tls.add_argument("--upstream-tls-key", metavar="PEM", help="its private key")
+    tls.add_argument(
+        "--upstream-tls-server-hostname",
+        metavar="NAME",
+        help="SNI and the name the broker certificate must hold [upstream host]",
+    )
+    tls.add_argument(
+        "--upstream-tls-check-hostname",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compare the broker certificate's name (the chain is always verified) [on]",
+    )
     return p
 
 
@@ -111,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         "max_frame_bytes": args.max_frame_bytes,
         "log_format": args.log_format,
         "log_level": args.log_level,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_ca": args.tls_ca,
+        "tls_client_auth": args.tls_client_auth,
+        "upstream_tls": args.upstream_tls,
+        "upstream_tls_ca": args.upstream_tls_ca,
+        "upstream_tls_cert": args.upstream_tls_cert,
+        "upstream_tls_key": args.upstream_tls_key,
+        "upstream_tls_server_hostname": args.upstream_tls_server_hostname,
+        "upstream_tls_check_hostname": args.upstream_tls_check_hostname,
     }
     try:
         config = load_config(args.config, overrides)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import signal
+import ssl
 import struct
 import time
 
@@ -38,6 +39,7 @@ from .features import FeatureGate
 from .http import check_route, json_route, metrics_route, serve_http
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
+from .tls import client_side_context, upstream_context, upstream_server_hostname
 
 log = get_logger("gateway.server")
 
@@ -80,6 +82,13 @@ class Gateway:
         self._update_allowed = [
             ipaddress.ip_network(cidr, strict=False) for cidr in config.features_update_allowed_from
         ]
+        # Built once and shared: by every listener, and by every upstream connection
+        # including the start-up probe (None: plaintext on that side).
+        self.client_tls = client_side_context(config)
+        self.upstream_tls = upstream_context(config)
+
+    def upstream_server_hostname(self, address: HostPort) -> str | None:
+        return upstream_server_hostname(self.config, address)
 
     # -- listeners -------------------------------------------------------------------
     async def start(self) -> None:
@@ -130,7 +139,10 @@ class Gateway:
         first client connection will learn the same."""
         try:
             ranges = await asyncio.wait_for(
-                probe_api_versions(upstream), self.config.upstream_connect_timeout_s
+                probe_api_versions(
+                    upstream, self.upstream_tls, self.upstream_server_hostname(upstream)
+                ),
+                self.config.upstream_connect_timeout_s,
             )
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
             self.metrics.upstream_connect_errors.labels(str(upstream)).inc()
@@ -151,6 +163,7 @@ class Gateway:
             address.host,
             address.port,
             reuse_address=True,
+            ssl=self.client_tls,
         )
         self._servers[name] = server
         bound = server.sockets[0].getsockname()
@@ -161,6 +174,8 @@ class Gateway:
             upstream=str(upstream),
             mode=self.config.mode,
             advertised=f"{self.config.advertised}:{bound[1]}",
+            tls=self.client_tls is not None,
+            upstream_tls=self.upstream_tls is not None,
         )
 
     def _on_new_broker(self, node_id: int, address: HostPort) -> None:
@@ -375,9 +390,15 @@ class Gateway:
         log.info("gateway.stopped", unfinished_connections=len(self.connections))
 
 
-async def probe_api_versions(address: HostPort) -> dict[int, VersionRange]:
+async def probe_api_versions(
+    address: HostPort,
+    tls: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+) -> dict[int, VersionRange]:
     """Ask a broker ApiVersions on a connection of its own (latest version, then v0)."""
-    reader, writer = await asyncio.open_connection(address.host, address.port)
+    reader, writer = await asyncio.open_connection(
+        address.host, address.port, ssl=tls, server_hostname=server_hostname
+    )
     try:
         for build in (internal.api_versions_request, internal.api_versions_v0_request):
             version, request = build(-1)

@@ -49,6 +49,7 @@ from ..protocol import (
 )
 from ..protocol._apis import api_name, has_schema
 from ..versions import ApiVersionsError, VersionRange, parse_api_versions_response
+from .tls import peer_subject
 
 if TYPE_CHECKING:
     from ..clients import ClientInfo
@@ -107,6 +108,7 @@ class ClientConnection(asyncio.Protocol):
         self.upstream: asyncio.Transport | None = None
         self.info: ClientInfo | None = None
         self.peer = "?"
+        self.tls_subject: str | None = None
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
@@ -131,6 +133,8 @@ class ClientConnection(asyncio.Protocol):
         client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
         peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        # The verified client certificate (TLS with client auth); for log lines.
+        self.tls_subject = peer_subject(client.get_extra_info("ssl_object"))
         self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
@@ -276,7 +280,12 @@ class ClientConnection(asyncio.Protocol):
             old = self.info.software
             gw.registry.set_software(self.info.connection_id, *answer.client_software)
             gw.metrics.client_identified(self.listener, old, self.info.software)
-            log.info("connection.identified", listener=self.listener, **self._who())
+            log.info(
+                "connection.identified",
+                listener=self.listener,
+                **self._who(),
+                **({"tls_subject": self.tls_subject} if self.tls_subject else {}),
+            )
         elif answer.error_code == 42:
             gw.metrics.rejected.labels("invalid_client_software").inc()
             log.info("request.invalid_client_software", version=header.api_version, **self._who())
@@ -414,20 +423,27 @@ class ClientConnection(asyncio.Protocol):
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
         address = self.upstream_address
+        gw = self.gateway
+        server_hostname = gw.upstream_server_hostname(address)
         try:
             transport, _ = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: UpstreamConnection(self), address.host, address.port
+                    lambda: UpstreamConnection(self),
+                    address.host,
+                    address.port,
+                    ssl=gw.upstream_tls,
+                    server_hostname=server_hostname,
                 ),
-                self.gateway.config.upstream_connect_timeout_s,
+                gw.config.upstream_connect_timeout_s,
             )
-        except (OSError, TimeoutError) as exc:
-            self.gateway.metrics.upstream_connect_errors.labels(str(address)).inc()
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError (a failed handshake) included
+            gw.metrics.upstream_connect_errors.labels(str(address)).inc()
             log.warning(
                 "upstream.connect_failed",
                 upstream=str(address),
                 peer=self.peer,
                 error=str(exc) or type(exc).__name__,
+                **({"tls_server_hostname": server_hostname} if gw.upstream_tls else {}),
             )
             self.close()
             return
