@@ -81,7 +81,22 @@ def peer_subject(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None
     cert = ssl_object.getpeercert() if ssl_object is not None else None
     if not cert:
         return None
-    return ",".join(f"{name}={value}" for rdn in cert.get("subject", ()) for name, value in rdn)
+    return ",".join(
+        f"{_SHORT_NAMES.get(name, name)}={value}"
+        for rdn in cert.get("subject", ())
+        for name, value in rdn
+    )
+
+
+# The usual RFC 4514 abbreviations of what Python's getpeercert() spells out.
+_SHORT_NAMES = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "stateOrProvinceName": "ST",
+    "localityName": "L",
+}
 
 
 def _readable(key: str, path: str) -> None:
