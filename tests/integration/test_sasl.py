@@ -42,6 +42,7 @@ from tests.harness.kafka_wire import (
     ConnectionClosed,
     decode,
     encode,
+    encode_request_header,
     is_flexible,
     skip_tagged_fields,
 )
@@ -444,6 +445,20 @@ def test_handshake_v0_then_two_raw_scram_rounds_then_requests(fake_v0, gateway_f
         assert_rewritten_to(metadata(conn), gw)
     (session,) = fake_v0.authenticated_sessions()
     assert session.handshakes == [(0, mechanism)] and session.logins == ["alice"]
+
+
+def test_token_sent_right_behind_the_handshake_waits_for_its_answer(fake_v0, gateway_factory):
+    # Not what clients do, but the gateway must not read the token as a request: it holds
+    # it until the broker accepted the handshake, then forwards it as a token.
+    gw = gateway_factory(upstream=fake_v0.address)
+    with connect(gw) as conn:
+        header = encode_request_header(SASL_HANDSHAKE, 0, 1, "tests", header_version=1)
+        handshake = _frame(header + encode(SaslHandshakeRequest(mechanism="PLAIN")))
+        conn._sock.sendall(handshake + _frame(b"\0alice\0alice-secret"))  # one write
+        assert conn.recv(flexible_header=False).body[:2] == b"\x00\x00"
+        assert conn.recv_frame() == b""
+        assert_rewritten_to(metadata(conn), gw)
+    assert [s.logins for s in fake_v0.authenticated_sessions()] == [["alice"]]
 
 
 def test_wrong_password_closes_the_client_and_the_gateway_serves_on(fake_v0, gateway_factory):
