@@ -24,7 +24,9 @@ connection's ``InFlight``). The rules:
    length 0: the broker answers a PLAIN token with one). Correlation ids are not matched
    and no ``InFlight`` entry is made: nothing else is outstanding, because the client
    sends nothing but tokens after the handshake and the handshake response was the last
-   one awaited; so no local answer can fall into the exchange either.
+   one awaited; so no local answer falls into the exchange either. (The one local
+   answer made later, UpdateFeatures after its ZooKeeper write, would have to be sent
+   before the handshake, which no client authenticating with SASL does.)
 4. How long the exchange lasts depends on the mechanism:
 
    - PLAIN: 1 round (client token, broker's empty token).
