@@ -284,7 +284,9 @@ def test_upstream_tls_failure_is_logged_counted_and_survived(
     # Each client connection (the harness's readiness probe's too) failed upstream.
     lines = [line for line in gw.log_text().splitlines() if "upstream.connect_failed" in line]
     assert len(lines) >= 2 and all(error in line for line in lines), lines
-    assert connect_errors(gw, socat.address) == 1 + len(lines)  # with the start-up probe
+    # Counted too, with the start-up probe; ">=" because a readiness probe's connection
+    # may be counted before its log line is read here.
+    assert connect_errors(gw, socat.address) >= 1 + len(lines)
     assert gw.running and port_accepts(gw.host, gw.port)
 
 
