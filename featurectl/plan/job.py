@@ -1,0 +1,608 @@
+"""``featurectl plan``: which gateways and clients stand between the cluster and a level.
+
+Reads a metrics dataset (``featurectl collect``) with PySpark, plus the live state
+(ZooKeeper with ``--zookeeper``, else the dataset's newest state snapshot, else the
+gateways' own feature gauges), and writes ``plan.json``, ``report.md`` and PNG charts.
+
+Locally (``--master local[*]`` is the default)::
+
+    featurectl plan --metrics metrics/ --target transaction.version=2 --out plan/
+
+On a Spark cluster, submit this file; only the driver needs kafka-gateway installed
+(the transformations are Spark SQL expressions, no Python UDFs, so executors run no
+project code). The dataset may live on any file system Spark reads; ``--out`` is a
+directory on the driver (use client deploy mode)::
+
+    spark-submit --master spark://spark-master:7077 --deploy-mode client \\
+        --driver-memory 4g --executor-memory 4g \\
+        featurectl/plan/job.py --metrics s3a://ops/kafka-gateway/metrics \\
+        --target group.version=1 --zookeeper zk-0:2181 --out plan/
+
+``python featurectl/plan/job.py ...`` and ``python -m featurectl.plan.job ...`` take the
+same arguments as ``featurectl plan``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from gateway.features.catalogue import Catalogue
+
+EXIT_OK = 0
+EXIT_UNSAFE = 1
+EXIT_USAGE = 2
+
+DEFAULT_MASTER = "local[*]"
+# The same variable featurectl's other commands read for --zookeeper.
+ZOOKEEPER_ENV = "KAFKA_GATEWAY_ZOOKEEPER"
+DEFAULT_OUT = "plan"
+# Chart resolution: at most this many time buckets per chart (one per scrape is noise).
+CHART_BUCKETS = 120
+# Settings for a local master; a cluster keeps its own spark-defaults.
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    # The progress bar garbles the planner's own console output.
+    "spark.ui.showConsoleProgress": "false",
+    # One shuffle partition per few hundred thousand rows is plenty on a laptop; adaptive
+    # execution coalesces further.
+    "spark.sql.shuffle.partitions": "8",
+    # Local mode runs tasks inside the driver JVM: its heap is the cache.
+    "spark.driver.memory": "2g",
+    # List the dataset's round directories on the driver: a local listing is quick, a
+    # listing job costs a task per directory.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+}
+SESSION_CONF = {
+    # Timestamps in the report are UTC whatever the machine's zone.
+    "spark.sql.session.timeZone": "UTC",
+    # A scrape line that repeats a label must not fail the whole job (last one wins).
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    # A scrape file is tens of KB; Spark's default cost of opening one (4 MB) packs ~30
+    # per task and makes thousands of tasks, each later scan of the cache paying for
+    # them all. Costed at 64 KB, a task reads ~128 MB.
+    "spark.sql.files.openCostInBytes": "65536",
+}
+
+EPILOG = """\
+examples:
+  # what would finalizing these levels need? (offline, from a collected dataset)
+  featurectl plan --metrics metrics/ --target transaction.version=2 --target group.version=1
+
+  # no --target: plan the highest level every live gateway supports, per feature
+  featurectl plan --metrics metrics/ --zookeeper zk-0:2181 --out plan/
+
+  # who still uses share groups, before disabling them?
+  featurectl plan --metrics metrics/ --target share.version=0
+
+  # on a cluster (see 'pydoc featurectl.plan.job')
+  spark-submit --master spark://m:7077 featurectl/plan/job.py --metrics hdfs:///gw/metrics
+
+output (in --out): plan.json (machine-readable), report.md (with charts/*.png)
+
+state: --zookeeper reads finalized levels and live gateways now; without it the newest
+       DIR/state/*.json snapshot is used, else the gateways' feature gauges.
+
+exit codes: 0 plan written and every target is safe to apply now,
+            1 plan written but some target is not safe yet (see report.md),
+            2 usage error, no dataset, or ZooKeeper unreachable
+"""
+
+
+class UsageError(Exception):
+    """Bad arguments; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    metrics: str
+    catalogue: Catalogue
+    targets: Mapping[str, int]
+    zookeeper: str | None = None
+    chroot: str = "/kafka-gateway"
+    out: Path = Path(DEFAULT_OUT)
+
+
+@dataclass
+class PlanData:
+    """Everything the report needs, collected to the driver (small by construction)."""
+
+    dataset: dict[str, Any]
+    state: dict[str, Any]
+    features: list[dict[str, Any]]
+    verdicts: list[dict[str, Any]]
+    blockers: list[dict[str, Any]]
+    clients: list[dict[str, Any]]
+    usage: list[dict[str, Any]]
+    connections_series: list[dict[str, Any]]
+    gated_series: list[dict[str, Any]]
+    bucket_s: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+# -- arguments -------------------------------------------------------------------------------
+
+
+def target_arg(text: str) -> tuple[str, int]:
+    """argparse type of ``--target NAME=LEVEL``."""
+    name, sep, level = text.partition("=")
+    try:
+        value = int(level) if sep and name.strip() else -1
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=LEVEL with LEVEL >= 0 (for example group.version=1), got {text!r}"
+        )
+    return name.strip(), value
+
+
+def conf_arg(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "--metrics", required=True, metavar="DIR", help="the dataset 'featurectl collect' wrote"
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        type=target_arg,
+        metavar="NAME=LEVEL",
+        help="a feature level to plan for (repeatable; 0 plans disabling it) "
+        "[per feature: the highest level every live gateway supports]",
+    )
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, metavar="DIR", help=f"where to write [{DEFAULT_OUT}]"
+    )
+    parser.add_argument(
+        "--master",
+        metavar="URL",
+        help=f"Spark master [{DEFAULT_MASTER}; under spark-submit: its --master]",
+    )
+    parser.add_argument(
+        "--zookeeper",
+        metavar="CONNECT",
+        default=os.environ.get(ZOOKEEPER_ENV) or None,
+        help="read the live state from ZooKeeper, else the dataset's newest snapshot "
+        f"[${ZOOKEEPER_ENV}]",
+    )
+    parser.add_argument(
+        "--chroot", default="/kafka-gateway", help="gateways' ZooKeeper chroot [/kafka-gateway]"
+    )
+    parser.add_argument(
+        "--catalogue", metavar="FILE", help="feature catalogue TOML [the built-in one]"
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=conf_arg,
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.driver.memory=4g (repeatable)",
+    )
+    parser.set_defaults(handler=run_plan, parser=parser)
+    return parser
+
+
+def add_plan_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "plan",
+        help="plan feature upgrades/downgrades from collected metrics (PySpark)",
+        description=textwrap.fill(
+            "Read a dataset from 'featurectl collect' with Spark and tell, per feature, the "
+            "highest level every live gateway supports, which gateways must be upgraded "
+            "before each --target level, which client software still uses API versions a "
+            "downgrade would withdraw, and the featurectl commands to run, in order. Writes "
+            "plan.json, report.md and charts to --out.",
+            width=88,
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return configure_parser(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``spark-submit job.py`` / ``python -m featurectl.plan.job``."""
+    parser = argparse.ArgumentParser(
+        prog="featurectl plan",
+        description="Plan feature upgrades/downgrades from collected gateway metrics.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return configure_parser(parser)
+
+
+# -- Spark -------------------------------------------------------------------------------------
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit started this Python (its JVM is already running)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(master: str | None, conf: Sequence[tuple[str, str]] = ()) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    if master is None and not under_spark_submit():
+        master = DEFAULT_MASTER
+    builder = SparkSession.builder.appName("featurectl-plan")
+    settings = dict(SESSION_CONF)
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            settings.update(LOCAL_CONF)
+    settings.update(conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self._last, 3)
+        self._last = now
+
+
+def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
+    """Run the Spark side: read, transform, collect the small results."""
+    from pyspark.sql import Observation
+
+    from featurectl.plan import readers
+    from featurectl.plan import transforms as tx
+
+    clock = _Clock()
+    root = readers.dataset_uri(inputs.metrics)
+    counted = Observation("dataset")
+    samples = readers.read_samples(
+        spark, root, metrics=tx.PLAN_METRICS, observation=counted, parse_labels=False
+    )
+    keyed = tx.key_samples(samples).cache()
+    spans = tx.gateway_spans(keyed).cache()
+    span_rows = spans.collect()  # the first action: reads everything, fills the cache
+    if not span_rows:
+        raise readers.DatasetError(
+            f"{inputs.metrics} has no kafka_gateway_* samples the planner reads; "
+            "check that the scraped URLs are kafka-gateway /metrics endpoints"
+        )
+    total_samples = int(counted.get["samples"])
+    labels = tx.label_sets(keyed).cache()
+    # Gauges and info: a few rows per scrape, cheap to carry with their labels.
+    small = tx.labelled(keyed, labels, [m for m in tx.PLAN_METRICS if m != tx.REQUESTS]).cache()
+    clock.lap("parse")
+
+    state = _state(spark, inputs, root, small, spans)
+    clock.lap("state")
+
+    increases = tx.counter_increases(keyed, spans).cache()
+    series = tx.counter_series(keyed, labels).cache()
+    usage = tx.client_api_usage(tx.series_usage(increases), series).cache()
+    usage_rows = usage.collect()
+    lookup = readers.lookup_frame(
+        spark,
+        inputs.catalogue,
+        [(r.api_key, r.api_version) for r in usage_rows if r.api_key is not None],
+    )
+    gated = tx.gated_usage(usage, lookup)
+    connections = tx.connections_by_client(small, spans)
+    clients = tx.clients_on_gated_versions(gated, connections).cache()
+    client_rows = clients.collect()
+    clock.lap("clients")
+
+    catalogue_df = readers.catalogue_frame(spark, inputs.catalogue)
+    features = [
+        _row(r)
+        for r in tx.feature_levels(
+            catalogue_df, state["gateways_df"], state["support_df"], state["finalized_df"]
+        )
+        .orderBy("feature")
+        .collect()
+    ]
+    targets = dict(inputs.targets) or _default_targets(features)
+    targets_df = readers.levels_frame(spark, targets)
+    blockers = tx.blocking_gateways(targets_df, state["gateways_df"], state["support_df"])
+    blocker_rows = [_row(r) for r in blockers.orderBy("feature", "gateway_id").collect()]
+    verdict_rows = [
+        _row(r)
+        for r in tx.verdicts(
+            targets_df, state["finalized_df"], blockers, clients, len(state["gateway_ids"])
+        )
+        .orderBy("feature")
+        .collect()
+    ]
+    clock.lap("verdicts")
+
+    first = min(r.first_ts for r in span_rows)
+    last = max(r.last_ts for r in span_rows)
+    bucket_s = max(1, int((last - first).total_seconds() / CHART_BUCKETS) + 1)
+    connections_series = [_row(r) for r in tx.connections_over_time(small, bucket_s).collect()]
+    gated_series = [
+        _row(r) for r in tx.gated_requests_over_time(increases, series, lookup, bucket_s).collect()
+    ]
+    clock.lap("charts")
+
+    dataset = {
+        "path": inputs.metrics,
+        "samples": total_samples,
+        "planner_samples": keyed.count(),
+        "gateways": len(span_rows),
+        "scrapes": sum(r.scrapes for r in span_rows),
+        "start_ms": _ms(first),
+        "end_ms": _ms(last),
+        "gateway_spans": sorted(
+            (
+                {
+                    "gateway_id": r.gateway_id,
+                    "first_ms": _ms(r.first_ts),
+                    "last_ms": _ms(r.last_ts),
+                    "scrapes": r.scrapes,
+                }
+                for r in span_rows
+            ),
+            key=lambda g: g["gateway_id"],
+        ),
+    }
+    for frame in (keyed, spans, labels, small, increases, series, usage, clients):
+        frame.unpersist()
+    state_doc = {k: v for k, v in state.items() if not k.endswith("_df")}
+    return PlanData(
+        dataset=dataset,
+        state=state_doc,
+        features=features,
+        verdicts=verdict_rows,
+        blockers=blocker_rows,
+        clients=sorted(
+            (_row(r) for r in client_rows),
+            key=lambda c: (c["feature"], -c["level"], -c["requests"], c["client_software_name"]),
+        ),
+        usage=[_row(r) for r in usage_rows],
+        connections_series=connections_series,
+        gated_series=gated_series,
+        bucket_s=bucket_s,
+        timings=clock.timings,
+    )
+
+
+def _state(
+    spark: SparkSession, inputs: PlanInputs, root: str, samples: DataFrame, spans: DataFrame
+) -> dict[str, Any]:
+    """Live gateways, their support and the finalized levels, from the best source."""
+    from featurectl.plan import readers
+    from featurectl.plan import transforms as tx
+
+    snapshot, source = None, None
+    if inputs.zookeeper:
+        snapshot, source = _read_zookeeper(inputs.zookeeper, inputs.chroot), "zookeeper"
+    else:
+        snapshot, source = readers.read_latest_state(spark, root), "snapshot"
+    if snapshot is not None:
+        registrations = snapshot.registrations
+        gateway_ids = [r.gateway_id for r in registrations]
+        return {
+            "source": source,
+            "time_ms": snapshot.time_ms,
+            "zookeeper": inputs.zookeeper or snapshot.zookeeper,
+            "chroot": snapshot.chroot or inputs.chroot,
+            "epoch": snapshot.finalized.epoch,
+            "finalized": dict(snapshot.finalized.levels),
+            "gateway_ids": gateway_ids,
+            "registrations": [
+                {
+                    "gateway_id": r.gateway_id,
+                    "listener": r.listener,
+                    "upstream": r.upstream,
+                    "gateway_version": r.gateway_version,
+                    "broker_software": f"{r.broker_software_name} {r.broker_software_version}",
+                    "metrics_url": r.metrics_url,
+                }
+                for r in registrations
+            ],
+            "gateways_df": readers.gateways_frame(spark, gateway_ids),
+            "support_df": readers.support_frame(spark, registrations),
+            "finalized_df": readers.finalized_frame(spark, snapshot.finalized),
+        }
+    # Neither ZooKeeper nor a snapshot: the gateways' gauges are the best evidence left.
+    support = tx.support_from_metrics(samples, spans).cache()
+    finalized = tx.finalized_from_metrics(samples).cache()
+    gateway_ids = sorted({r.gateway_id for r in support.select("gateway_id").collect()})
+    epochs = (
+        tx.latest_per_gateway(samples, spans, tx.FINALIZED_EPOCH).agg({"value": "max"}).collect()
+    )
+    epoch = epochs[0][0] if epochs and epochs[0][0] is not None else -1
+    return {
+        "source": "metrics",
+        "time_ms": None,
+        "zookeeper": None,
+        "chroot": inputs.chroot,
+        "epoch": int(epoch),
+        "finalized": {r.feature: r.level for r in finalized.collect()},
+        "gateway_ids": gateway_ids,
+        "registrations": [],
+        "gateways_df": readers.gateways_frame(spark, gateway_ids),
+        "support_df": support,
+        "finalized_df": finalized,
+    }
+
+
+def _read_zookeeper(connect: str, chroot: str) -> Any:
+    from datetime import UTC, datetime
+
+    from featurectl.plan.layout import StateSnapshot, epoch_ms
+    from gateway.features.store import FeatureStore, make_client
+
+    client = make_client(connect, timeout_s=10.0)
+    try:
+        client.start(timeout=10.0)
+    except Exception as exc:  # kazoo's timeout types differ per handler
+        raise UsageError(
+            f"cannot connect to ZooKeeper {connect}: {exc or type(exc).__name__}; "
+            "check --zookeeper, or drop it to use the dataset's state snapshot"
+        ) from None
+    try:
+        store = FeatureStore(client, chroot)
+        return StateSnapshot(
+            time_ms=epoch_ms(datetime.now(UTC)),
+            finalized=store.read(),
+            registrations=tuple(store.registrations()),
+            zookeeper=connect,
+            chroot=store.paths.chroot,
+        )
+    finally:
+        client.stop()
+        client.close()
+
+
+def _default_targets(features: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Per feature, the highest level every live gateway supports, when above finalized."""
+    return {
+        f["feature"]: f["cluster_max_level"]
+        for f in features
+        if f["cluster_max_level"] is not None and f["cluster_max_level"] > f["finalized_level"]
+    }
+
+
+def _ms(value: Any) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _row(row: Any) -> dict[str, Any]:
+    """A Row as plain JSON-able Python: timestamps become epoch milliseconds."""
+    from datetime import datetime
+
+    from pyspark.sql import Row
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Row):
+            return {k: plain(v) for k, v in value.asDict().items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        if isinstance(value, datetime):
+            return _ms(value)
+        return value
+
+    return {k: plain(v) for k, v in row.asDict().items()}
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """``featurectl plan``: validate arguments, run Spark, write the report."""
+    from featurectl.plan.readers import DatasetError
+    from featurectl.plan.report import write_report
+    from gateway.features.catalogue import CatalogueError, load_catalogue
+
+    started = time.perf_counter()
+    try:
+        catalogue = load_catalogue(args.catalogue)
+        inputs = PlanInputs(
+            metrics=args.metrics,
+            catalogue=catalogue,
+            targets=_check_targets(args.target, catalogue),
+            zookeeper=args.zookeeper,
+            chroot=args.chroot,
+            out=Path(args.out),
+        )
+        if "://" not in args.metrics and not Path(args.metrics).is_dir():
+            raise UsageError(
+                f"--metrics {args.metrics} is not a directory; collect one with "
+                "'featurectl collect --out DIR'"
+            )
+    except (UsageError, CatalogueError) as exc:
+        print(f"featurectl plan: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    spark = spark_session(args.master, args.conf)
+    try:
+        data = compute_plan(spark, inputs)
+    except (DatasetError, UsageError) as exc:
+        print(f"featurectl plan: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if not under_spark_submit():
+            spark.stop()
+    data.timings["total"] = round(time.perf_counter() - started, 3)
+    written = write_report(inputs, data)
+    _print_summary(data, written)
+    return EXIT_OK if all(v["safe"] for v in data.verdicts) else EXIT_UNSAFE
+
+
+def _check_targets(targets: Sequence[tuple[str, int]], catalogue: Catalogue) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, level in targets:
+        spec = catalogue.get(name)
+        if spec is None:
+            raise UsageError(
+                f"unknown feature {name!r} in --target; the catalogue has: "
+                f"{', '.join(sorted(catalogue))}"
+            )
+        if level > spec.max_level:
+            raise UsageError(
+                f"--target {name}={level}: the catalogue's highest level of {name} is "
+                f"{spec.max_level}"
+            )
+        if name in out:
+            raise UsageError(f"--target names {name} twice")
+        out[name] = level
+    return out
+
+
+def _print_summary(data: PlanData, written: Mapping[str, Path]) -> None:
+    ds = data.dataset
+    print(
+        f"featurectl plan: {ds['samples']:,} samples from {ds['gateways']} gateway(s), "
+        f"{ds['scrapes']} scrape(s); state from {data.state['source']}"
+    )
+    for v in data.verdicts:
+        status = "safe now" if v["safe"] else "NOT safe yet"
+        detail = ""
+        if v["blocking_gateways"]:
+            detail += f"; upgrade gateways first: {', '.join(v['blocking_gateways'])}"
+        if v["blocking_clients"]:
+            names = ", ".join(
+                f"{c['client_software_name']} {c['client_software_version']}"
+                for c in v["blocking_clients"]
+            )
+            detail += f"; clients still using it: {names}"
+        print(
+            f"  {v['feature']}: {v['current_level']} -> {v['level']} ({v['kind']}): "
+            f"{status}{detail}"
+        )
+    if not data.verdicts:
+        print("  nothing to plan: every feature is at the highest level all gateways support")
+    print(f"wrote {written['report']} and {written['plan']} ({data.timings['total']:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

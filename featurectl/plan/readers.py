@@ -1,0 +1,184 @@
+"""Reading the dataset and the live state into DataFrames (the planner's only inputs).
+
+Paths may be local directories or any URI Spark reads (``hdfs://``, ``s3a://``), so
+the dataset is read through Spark, state snapshots included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from urllib.parse import unquote
+
+from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from gateway.features.catalogue import Catalogue, required_level
+from gateway.features.znode import Finalized, Registration
+
+from . import transforms as tx
+from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
+
+SUPPORT_SCHEMA = "gateway_id string, feature string, min_level int, max_level int"
+LEVELS_SCHEMA = "feature string, level int"
+LOOKUP_SCHEMA = "api_key int, api_version int, feature string, level int"
+
+
+class DatasetError(Exception):
+    """The metrics directory holds no usable dataset; the message says what to run."""
+
+
+def dataset_uri(root: str) -> str:
+    """A local directory as an absolute path (Spark resolves relative ones elsewhere)."""
+    return root if "://" in root else str(Path(root).resolve())
+
+
+def _files(spark: SparkSession, pattern: str) -> DataFrameReader:
+    """A reader of the files matching ``pattern`` anywhere under the directory it reads.
+
+    A directory and a filter rather than a glob path: Spark probes a single glob path
+    for a streaming sink's metadata and logs a stack trace when there is none.
+    """
+    return spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", pattern)
+
+
+def read_lines(spark: SparkSession, root: str) -> DataFrame:
+    """Every line of every ``.prom`` file, keyed by ``<round>/<name>``."""
+    try:
+        text = _files(spark, f"*{PROM_SUFFIX}").text(f"{root}/{SCRAPES}")
+    except Exception as exc:  # AnalysisException: PATH_NOT_FOUND for an empty glob
+        raise DatasetError(
+            f"no scrapes under {root}/{SCRAPES}/ ({_first_line(exc)}); "
+            "run 'featurectl collect --out DIR' first"
+        ) from None
+    return text.select(
+        tx.scrape_key(F.col("_metadata.file_path")).alias("source"), F.col("value").alias("line")
+    )
+
+
+def scrapes_frame(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
+    """``source``, ``gateway_id``, ``scrape_time_ms`` of each ``.prom`` file, from its path.
+
+    Built on the driver from the file listing Spark already made (one row per file),
+    so no sidecar is opened. Files outside the layout are left out, with their lines.
+    """
+    rows = []
+    for path in paths:
+        parts = path.rsplit("/", 2)
+        if len(parts) < 3 or not parts[2].endswith(PROM_SUFFIX):
+            continue
+        round_name, stem = parts[1], parts[2][: -len(PROM_SUFFIX)]
+        started = round_time_ms(round_name)
+        if started is not None:
+            # Paths are URIs; the key stays as Spark spells it, the id is unescaped.
+            rows.append((f"{round_name}/{stem}", decode_name(unquote(stem)), started))
+    return spark.createDataFrame(rows, "source string, gateway_id string, scrape_time_ms long")
+
+
+def read_samples(
+    spark: SparkSession,
+    root: str,
+    *,
+    metrics: Sequence[str] | None = None,
+    observation: Observation | None = None,
+    parse_labels: bool = True,
+) -> DataFrame:
+    """The samples of the dataset (``ts``, ``gateway_id``, ``metric``, ``labels``, ``value``).
+
+    ``metrics``: keep only these (lines of other metrics are dropped before splitting).
+    ``observation``: gets ``samples``, the number of sample lines in the whole dataset,
+    once the first action has run. ``parse_labels=False``: ``label_text`` as written
+    instead of the ``labels`` map (see ``transforms.key_samples``).
+    """
+    lines = read_lines(spark, root)
+    if observation is not None:
+        lines = lines.observe(
+            observation, F.count_if(tx.is_sample_line(F.col("line"))).alias("samples")
+        )
+    if metrics is not None:
+        lines = lines.where(tx.starts_with_metric(F.col("line"), metrics))
+    split = tx.split_samples(lines)
+    if metrics is not None:
+        split = split.where(F.col("metric").isin(*metrics))
+    scrapes = scrapes_frame(spark, lines.inputFiles())
+    return tx.attach_scrapes(tx.parse_labels(split) if parse_labels else split, scrapes)
+
+
+def read_latest_state(spark: SparkSession, root: str) -> StateSnapshot | None:
+    """The newest ``state/<stamp>.json`` of the dataset (stamps sort by time), or None."""
+    try:
+        files = (_files(spark, "*.json").text(f"{root}/{STATE}", wholetext=True)).select(
+            F.col("_metadata.file_name").alias("name"), "value"
+        )
+    except Exception:  # no state directory: the dataset came from --gateway/Prometheus only
+        return None
+    newest = files.orderBy(F.col("name").desc()).limit(1).collect()
+    if not newest:
+        return None
+    return StateSnapshot.from_dict(json.loads(newest[0]["value"]))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+# -- small frames from Python objects ------------------------------------------------------
+
+
+def support_frame(spark: SparkSession, registrations: Iterable[Registration]) -> DataFrame:
+    rows = [
+        (reg.gateway_id, name, low, high)
+        for reg in registrations
+        for name, (low, high) in sorted(reg.features.items())
+    ]
+    return spark.createDataFrame(rows, SUPPORT_SCHEMA)
+
+
+def gateways_frame(spark: SparkSession, gateway_ids: Iterable[str]) -> DataFrame:
+    return spark.createDataFrame([(g,) for g in sorted(set(gateway_ids))], "gateway_id string")
+
+
+def levels_frame(spark: SparkSession, levels: Mapping[str, int]) -> DataFrame:
+    return spark.createDataFrame(sorted(levels.items()), LEVELS_SCHEMA)
+
+
+def finalized_frame(spark: SparkSession, finalized: Finalized) -> DataFrame:
+    return levels_frame(spark, {k: v for k, v in finalized.levels.items() if v >= 1})
+
+
+def catalogue_frame(spark: SparkSession, catalogue: Catalogue) -> DataFrame:
+    rows = [(name, spec.max_level) for name, spec in sorted(catalogue.items())]
+    return spark.createDataFrame(rows, "feature string, catalogue_max_level int")
+
+
+def lookup_frame(
+    spark: SparkSession, catalogue: Catalogue, pairs: Sequence[tuple[int, int]]
+) -> DataFrame:
+    """``required_level`` of each (api_key, api_version) seen, for the gated ones.
+
+    The pairs come from the data (a few hundred at most), so the catalogue's own
+    function decides, versions beyond any known schema included.
+    """
+    rows = []
+    for key, version in sorted(set(pairs)):
+        need = required_level(catalogue, key, version)
+        if need is not None:
+            rows.append((key, version, need[0], need[1]))
+    return spark.createDataFrame(rows, LOOKUP_SCHEMA)
+
+
+__all__ = [
+    "DatasetError",
+    "catalogue_frame",
+    "dataset_uri",
+    "finalized_frame",
+    "gateways_frame",
+    "levels_frame",
+    "lookup_frame",
+    "read_latest_state",
+    "read_lines",
+    "read_samples",
+    "scrapes_frame",
+    "support_frame",
+]

@@ -1,0 +1,610 @@
+"""The planner's pure DataFrame transformations (no I/O: frames in, frames out).
+
+Frames and their columns:
+
+* lines: ``source`` (``<round>/<name>``, see ``scrape_key``), ``line`` (one text line)
+* scrapes: ``source``, ``gateway_id``, ``scrape_time_ms`` (from the file paths)
+* samples: ``ts`` (timestamp), ``gateway_id``, ``metric``, ``labels`` (map) or
+  ``label_text`` (as written), ``value``
+* keyed samples: samples with ``label_text`` and ``label_id``, a hash of metric and
+  label text. A fleet repeats a few thousand label sets in every scrape, so the planner
+  parses each distinct one once (``label_sets``) instead of once per sample, and keys a
+  counter series by gateway and ``label_id``.
+* label sets: ``label_id`` and ``PLAN_LABELS`` as columns (integers cast)
+* labelled samples: ``ts``, ``gateway_id``, ``metric``, ``value`` and ``PLAN_LABELS``
+  (for the small metrics: gauges, info)
+* support: ``gateway_id``, ``feature``, ``min_level``, ``max_level`` (per live gateway)
+* finalized: ``feature``, ``level``; targets: ``feature``, ``level``
+* lookup: ``api_key``, ``api_version``, ``feature``, ``level`` (``required_level``)
+
+Counters (``requests_total``) are read as increases between consecutive samples of a
+series, a drop meaning a reset (the gateway restarted, the count began again from 0).
+The first sample of a series counts as a baseline, except when the series was born
+after its gateway's first scrape (the gateway creates a series at 0 when it first sees
+that client/API/version) or when the gateway was scraped once (nothing else to go by;
+counting the total since the gateway started over-reports, the safe direction for a
+downgrade).
+
+Every function runs under Spark's ANSI mode (the 4.x default): casts of label text use
+``try_cast`` so a malformed value becomes null instead of failing the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+REQUESTS = "kafka_gateway_requests_total"
+CONNECTIONS = "kafka_gateway_connections_active"
+FINALIZED_LEVEL = "kafka_gateway_feature_finalized_level"
+FINALIZED_EPOCH = "kafka_gateway_feature_finalized_epoch"
+SUPPORTED_MIN = "kafka_gateway_feature_supported_min_level"
+SUPPORTED_MAX = "kafka_gateway_feature_supported_max_level"
+INFO = "kafka_gateway_info"
+PLAN_METRICS = (
+    REQUESTS,
+    CONNECTIONS,
+    FINALIZED_LEVEL,
+    FINALIZED_EPOCH,
+    SUPPORTED_MIN,
+    SUPPORTED_MAX,
+    INFO,
+)
+# The labels the planner reads, flattened from the map; integers are cast once here.
+PLAN_LABELS = (
+    "listener",
+    "api_key",
+    "api",
+    "api_version",
+    "client_software_name",
+    "client_software_version",
+    "feature",
+    "gateway_version",
+    "broker_software_name",
+    "broker_software_version",
+    "upstream",
+)
+_INT_LABELS = ("api_key", "api_version")
+CLIENT = ("client_software_name", "client_software_version")
+# The labels of a requests_total series.
+REQUEST_LABELS = ("listener", "api_key", "api", "api_version", *CLIENT)
+
+# A label pair ``name="value"`` where the value may hold \\, \" and \n escapes.
+_LABEL_PAIR = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"'
+# Marks an escaped backslash while the other escapes are undone (cannot occur in text).
+_PLACEHOLDER = "\u0000"
+
+
+def scrape_key(path: Column) -> Column:
+    """``<round>/<name>`` of a dataset file's path (any scheme): the join key."""
+    tail = F.substring_index(path, "/", -2)
+    extension = F.substring_index(tail, ".", -1)
+    return tail.substr(F.lit(1), F.length(tail) - F.length(extension) - 1)
+
+
+def _unescape(value: Column) -> Column:
+    """Undo the exposition format's escapes (\\\\, \\" and \\n) in a label value."""
+    undone = F.replace(value, F.lit("\\\\"), F.lit(_PLACEHOLDER))
+    undone = F.replace(undone, F.lit('\\"'), F.lit('"'))
+    undone = F.replace(undone, F.lit("\\n"), F.lit("\n"))
+    return F.replace(undone, F.lit(_PLACEHOLDER), F.lit("\\"))
+
+
+def is_sample_line(line: Column) -> Column:
+    """Not blank and not a comment: what ``split_samples`` turns into a sample."""
+    return (F.length(F.trim(line)) > 0) & ~F.trim(line).startswith("#")
+
+
+def starts_with_metric(line: Column, metrics: Sequence[str]) -> Column:
+    """A cheap pre-filter: the line starts with one of ``metrics`` and a separator.
+
+    Most lines of a scrape are metrics the planner does not read (responses, latency
+    buckets); dropping them before splitting saves most of the parse.
+    """
+    keep = F.lit(False)
+    for metric in metrics:
+        for after in ("{", " "):
+            keep = keep | line.startswith(metric + after)
+    return keep
+
+
+def split_samples(lines: DataFrame) -> DataFrame:
+    """Prometheus text format lines → ``metric``, ``label_text``, ``value``, ``line_ts_ms``.
+
+    A line is ``name{a="x",b="y"} value [timestamp_ms]``; comments (``# HELP``/``# TYPE``), blank
+    lines and lines whose value does not parse are dropped. Other columns of ``lines``
+    (but ``line``) are carried through. Only string functions, no regex: this runs on
+    every line of the dataset, and labels are parsed later for the lines still wanted.
+
+    Each ``select`` is a stage on purpose: Spark does not merge a stage into the next
+    when that would compute a non-trivial expression twice.
+    """
+    others = [c for c in lines.columns if c != "line"]
+    text = lines.select(*others, F.trim("line").alias("line")).where(
+        (F.length("line") > 0) & ~F.col("line").startswith("#")
+    )
+    line = F.col("line")
+    # A value or timestamp never holds "{" or "}": after the last "}" come only those.
+    labelled = F.instr(line, "{") > 0
+    split = text.select(
+        *others,
+        line,
+        labelled.alias("labelled"),
+        F.when(labelled, F.substring_index(line, "}", -1)).alias("tail"),
+    )
+    head = line.substr(F.lit(1), F.length(line) - F.length("tail") - 1)
+    # "name{labels} 1 2" → "} 1 2" → ["}", "1", "2"]; "name 1 2" → ["name", "1", "2"].
+    tokens = F.array_remove(
+        F.split(
+            F.translate(
+                F.when(F.col("labelled"), F.concat(F.lit("}"), "tail")).otherwise(line), "\t", " "
+            ),
+            " ",
+        ),
+        "",
+    )
+    pieces = split.select(
+        *others,
+        F.when(F.col("labelled"), head).alias("head"),
+        F.when(~F.col("labelled"), F.substring_index(line, " ", 1)).alias("bare_name"),
+        tokens.alias("tokens"),
+    )
+    name = F.coalesce(F.substring_index("head", "{", 1), "bare_name")
+    return pieces.select(
+        *others,
+        name.alias("metric"),
+        F.coalesce(
+            F.col("head").substr(F.length(F.substring_index("head", "{", 1)) + 2, F.lit(1 << 30)),
+            F.lit(""),
+        ).alias("label_text"),
+        F.try_element_at("tokens", F.lit(2)).try_cast("double").alias("value"),
+        F.try_element_at("tokens", F.lit(3)).try_cast("long").alias("line_ts_ms"),
+    ).where(F.col("value").isNotNull() & (F.col("metric") != ""))
+
+
+def parse_labels(samples: DataFrame) -> DataFrame:
+    """``label_text`` (``a="x",b="y"``) → ``labels`` map.
+
+    Without a backslash no value can hold a quote (it would be escaped), so ``",``
+    separates pairs and ``="`` a name from its value: the common case splits without a
+    regex. Text with escapes or whitespace between pairs takes the regex path.
+    """
+    text = F.col("label_text")
+    trimmed = F.when(text.endswith(","), text.substr(F.lit(1), F.length(text) - 1)).otherwise(text)
+    simple = (F.instr(text, "\\") == 0) & (F.instr(text, " ") == 0) & (F.instr(text, "\t") == 0)
+    fast = F.str_to_map(trimmed.substr(F.lit(1), F.length(trimmed) - 1), F.lit('",'), F.lit('="'))
+    slow = F.map_from_arrays(
+        F.regexp_extract_all(text, F.lit(_LABEL_PAIR), 1),
+        F.transform(F.regexp_extract_all(text, F.lit(_LABEL_PAIR), 2), _unescape),
+    )
+    labels = (
+        F.when(F.length(text) == 0, F.create_map().cast("map<string,string>"))
+        .when(simple, fast)
+        .otherwise(slow)
+    )
+    return samples.withColumn("labels", labels).drop("label_text")
+
+
+def parse_exposition(lines: DataFrame) -> DataFrame:
+    """``split_samples`` then ``parse_labels``: ``metric``, ``labels``, ``value``, ..."""
+    return parse_labels(split_samples(lines))
+
+
+def attach_scrapes(parsed: DataFrame, scrapes: DataFrame) -> DataFrame:
+    """Samples with their gateway and time: the line's timestamp, else the scrape's.
+
+    Lines of files without a row in ``scrapes`` (outside the dataset layout) are dropped.
+    ``labels`` or ``label_text``, whichever ``parsed`` has, is carried through.
+    """
+    carried = [c for c in ("labels", "label_text") if c in parsed.columns]
+    return parsed.join(F.broadcast(scrapes), "source").select(
+        F.timestamp_millis(F.coalesce("line_ts_ms", "scrape_time_ms")).alias("ts"),
+        "gateway_id",
+        "metric",
+        *carried,
+        "value",
+    )
+
+
+def key_samples(samples: DataFrame) -> DataFrame:
+    """Samples (with ``label_text``) plus ``label_id``: xxhash64 of metric and label text.
+
+    A series is then a gateway and a ``label_id``: the label text as the gateway wrote
+    it (one exporter always writes a family's labels in the same order).
+    """
+    return samples.withColumn("label_id", F.xxhash64("metric", "label_text"))
+
+
+def label_sets(keyed: DataFrame) -> DataFrame:
+    """One row per distinct ``label_id``: its labels parsed, ``PLAN_LABELS`` as columns."""
+    distinct = keyed.groupBy("label_id").agg(F.first("label_text").alias("label_text"))
+    columns = []
+    for key in PLAN_LABELS:
+        value = F.col("labels").getItem(key)
+        if key in _INT_LABELS:
+            value = value.try_cast("int")
+        columns.append(value.alias(key))
+    return parse_labels(distinct).select("label_id", *columns)
+
+
+def labelled(keyed: DataFrame, labels: DataFrame, metrics: Sequence[str]) -> DataFrame:
+    """The samples of ``metrics`` with their ``PLAN_LABELS`` (meant for the small ones)."""
+    return (
+        keyed.where(F.col("metric").isin(*metrics))
+        .select("ts", "gateway_id", "metric", "value", "label_id")
+        .join(F.broadcast(labels), "label_id")
+        .drop("label_id")
+    )
+
+
+def gateway_spans(samples: DataFrame) -> DataFrame:
+    """Per gateway: first and last sample time and how many distinct times it has."""
+    return samples.groupBy("gateway_id").agg(
+        F.min("ts").alias("first_ts"),
+        F.max("ts").alias("last_ts"),
+        F.count_distinct("ts").alias("scrapes"),
+    )
+
+
+def _series_id() -> Column:
+    # Sorting and shuffling one long instead of a gateway id and a label text is what
+    # makes the per-sample pass cheap. Two of a fleet's few thousand series colliding in
+    # 64 bits is about as likely as 1 in 10^12.
+    return F.xxhash64("gateway_id", "label_id").alias("series")
+
+
+def counter_series(keyed: DataFrame, labels: DataFrame, metric: str = REQUESTS) -> DataFrame:
+    """One row per series of counter ``metric``: ``series``, ``gateway_id``, ``REQUEST_LABELS``."""
+    return (
+        keyed.where(F.col("metric") == metric)
+        .select(_series_id(), "gateway_id", "label_id")
+        .dropDuplicates(["series"])
+        .join(F.broadcast(labels.select("label_id", *REQUEST_LABELS)), "label_id")
+        .drop("label_id")
+    )
+
+
+def counter_increases(keyed: DataFrame, spans: DataFrame, metric: str = REQUESTS) -> DataFrame:
+    """Each sample of counter ``metric`` with ``increase`` since the series' previous one.
+
+    Rows are narrow (``series``, ``gateway_id``, ``ts``, ``value``, ``increase``); the
+    labels of a series are in ``counter_series``. A drop is a reset: the new value is
+    all increase. The first sample is a baseline (0) unless the series is newborn or its
+    gateway has a single scrape (see the module doc).
+    """
+    series = Window.partitionBy("series").orderBy("ts")
+    prev = F.lag("value").over(series)
+    first = F.when(
+        (F.col("ts") > F.col("first_ts")) | (F.col("scrapes") == 1), F.col("value")
+    ).otherwise(F.lit(0.0))
+    return (
+        keyed.where(F.col("metric") == metric)
+        .select(_series_id(), "gateway_id", "ts", "value")
+        .join(F.broadcast(spans.select("gateway_id", "first_ts", "scrapes")), "gateway_id")
+        .withColumn(
+            "increase",
+            F.when(prev.isNull(), first)
+            .when(F.col("value") >= prev, F.col("value") - prev)
+            .otherwise(F.col("value")),
+        )
+        .drop("first_ts", "scrapes")
+    )
+
+
+def series_usage(increases: DataFrame) -> DataFrame:
+    """Per series: ``requests`` (sum of increases), ``first_seen``, ``last_seen``.
+
+    ``first_seen``: the first sample where the series had counted anything;
+    ``last_seen``: the last sample where it grew (null: no request in the window).
+    """
+    return increases.groupBy("series").agg(
+        F.sum("increase").alias("requests"),
+        F.min(F.when(F.col("value") > 0, F.col("ts"))).alias("first_seen"),
+        F.max(F.when(F.col("increase") > 0, F.col("ts"))).alias("last_seen"),
+    )
+
+
+def client_api_usage(usage: DataFrame, series: DataFrame) -> DataFrame:
+    """Per API version and client software: requests, first/last seen, gateways.
+
+    ``usage`` from ``series_usage``, ``series`` from ``counter_series``.
+    """
+    return (
+        usage.join(series, "series")
+        .groupBy("api_key", "api", "api_version", *CLIENT)
+        .agg(
+            F.sum("requests").alias("requests"),
+            F.min("first_seen").alias("first_seen"),
+            F.max("last_seen").alias("last_seen"),
+            F.sort_array(F.collect_set("gateway_id")).alias("gateways"),
+        )
+    )
+
+
+def gated_usage(usage: DataFrame, lookup: DataFrame) -> DataFrame:
+    """Usage rows of API versions that need a feature level, with ``feature``/``level``."""
+    return usage.join(F.broadcast(lookup), ["api_key", "api_version"])
+
+
+def connections_by_client(samples: DataFrame, spans: DataFrame) -> DataFrame:
+    """Per client software: connections at each gateway's last scrape, and the peak.
+
+    The peak is the highest sum over gateways at one sample time (collect writes one
+    time per round, so a round's gateways add up).
+    """
+    gauge = samples.where(F.col("metric") == CONNECTIONS)
+    now = (
+        gauge.join(F.broadcast(spans.select("gateway_id", "last_ts")), "gateway_id")
+        .where(F.col("ts") == F.col("last_ts"))
+        .groupBy(*CLIENT)
+        .agg(F.sum("value").alias("connections_now"))
+    )
+    peak = (
+        gauge.groupBy("ts", *CLIENT)
+        .agg(F.sum("value").alias("total"))
+        .groupBy(*CLIENT)
+        .agg(F.max("total").alias("connections_peak"))
+    )
+    return peak.join(now, list(CLIENT), "left").fillna(0, ["connections_now"])
+
+
+def clients_on_gated_versions(gated: DataFrame, connections: DataFrame) -> DataFrame:
+    """Gated usage with the connection counts of each client software."""
+    return gated.join(connections, list(CLIENT), "left").fillna(
+        0, ["connections_now", "connections_peak"]
+    )
+
+
+def latest_per_gateway(samples: DataFrame, spans: DataFrame, metric: str) -> DataFrame:
+    """Samples of ``metric`` at each gateway's last scrape."""
+    return (
+        samples.where(F.col("metric") == metric)
+        .join(F.broadcast(spans.select("gateway_id", "last_ts")), "gateway_id")
+        .where(F.col("ts") == F.col("last_ts"))
+        .drop("last_ts")
+    )
+
+
+def support_from_metrics(samples: DataFrame, spans: DataFrame) -> DataFrame:
+    """The support frame from supported_min/max_level gauges (when no registry is known)."""
+    low = latest_per_gateway(samples, spans, SUPPORTED_MIN).select(
+        "gateway_id", "feature", F.col("value").cast("int").alias("min_level")
+    )
+    high = latest_per_gateway(samples, spans, SUPPORTED_MAX).select(
+        "gateway_id", "feature", F.col("value").cast("int").alias("max_level")
+    )
+    return high.join(low, ["gateway_id", "feature"], "left").fillna(0, ["min_level"])
+
+
+def finalized_from_metrics(samples: DataFrame) -> DataFrame:
+    """Finalized levels as the most recent sample (over all gateways) reports them.
+
+    A level of 0 means "not finalized" and is left out, like the feature znode does.
+    """
+    level = samples.where(F.col("metric") == FINALIZED_LEVEL)
+    newest = level.groupBy("feature").agg(F.max("ts").alias("ts"))
+    return (
+        level.join(newest, ["feature", "ts"])
+        .groupBy("feature")
+        .agg(F.max("value").cast("int").alias("level"))
+        .where(F.col("level") >= 1)
+    )
+
+
+def feature_levels(
+    catalogue: DataFrame, gateways: DataFrame, support: DataFrame, finalized: DataFrame
+) -> DataFrame:
+    """Per catalogue feature: finalized level and the highest level every gateway supports.
+
+    ``catalogue``: ``feature``, ``catalogue_max_level``; ``gateways``: ``gateway_id`` of
+    the live gateways. A gateway that does not list a feature supports level 0 only.
+    ``cluster_max_level`` is null when no gateway is live (nobody vouches for a level).
+    """
+    per_gateway = (
+        catalogue.select("feature")
+        .crossJoin(gateways.select("gateway_id"))
+        .join(support, ["feature", "gateway_id"], "left")
+        .groupBy("feature")
+        .agg(
+            F.min(F.coalesce("max_level", F.lit(0))).alias("cluster_max_level"),
+            F.count("gateway_id").alias("live_gateways"),
+            F.sort_array(
+                F.collect_list(
+                    F.struct(
+                        "gateway_id",
+                        F.coalesce("min_level", F.lit(0)).alias("min_level"),
+                        F.coalesce("max_level", F.lit(0)).alias("max_level"),
+                    )
+                )
+            ).alias("support"),
+        )
+    )
+    return (
+        catalogue.join(per_gateway, "feature", "left")
+        .join(finalized.withColumnRenamed("level", "finalized_level"), "feature", "left")
+        .fillna(0, ["finalized_level", "live_gateways"])
+        .select(
+            "feature",
+            "finalized_level",
+            "catalogue_max_level",
+            "cluster_max_level",
+            "live_gateways",
+            F.coalesce("support", F.array()).alias("support"),
+        )
+    )
+
+
+def blocking_gateways(targets: DataFrame, gateways: DataFrame, support: DataFrame) -> DataFrame:
+    """Per target, the live gateways whose supported range does not include its level.
+
+    A gateway without the feature in its registration supports only level 0 (leaving
+    a feature unfinalized always works); ``min_level``/``max_level`` are then null.
+    """
+    in_range = (F.col("level") >= F.col("min_level")) & (F.col("level") <= F.col("max_level"))
+    return (
+        targets.select("feature", "level")
+        .crossJoin(gateways.select("gateway_id"))
+        .join(support, ["feature", "gateway_id"], "left")
+        .where(~F.coalesce(in_range, F.col("level") == 0))
+        .select("feature", "level", "gateway_id", "min_level", "max_level")
+    )
+
+
+def verdicts(
+    targets: DataFrame,
+    finalized: DataFrame,
+    blockers: DataFrame,
+    clients: DataFrame,
+    live_gateways: int,
+) -> DataFrame:
+    """Per target: kind of change, whether applying it now is safe, and what blocks it.
+
+    * upgrade (level above the finalized one): needs a live gateway and no blocker.
+    * downgrade (lower, >= 1): no blocker and no client used (in the window) an API
+      version that needs a level above the target.
+    * disable (level 0): no such client; gateways need not agree (level 0 is always
+      supported), as Kafka does not check them when deleting a finalized feature.
+    * noop: already finalized at that level.
+
+    ``clients``: gated usage (``feature``, ``level``, ``requests`` and ``CLIENT``).
+    """
+    current = targets.join(
+        finalized.withColumnRenamed("level", "current_level"), "feature", "left"
+    ).fillna(0, ["current_level"])
+    blocked_by_gateways = blockers.groupBy("feature", "level").agg(
+        F.sort_array(F.collect_list("gateway_id")).alias("blocking_gateways")
+    )
+    users = (
+        current.alias("t")
+        .join(
+            clients.where(F.col("requests") > 0).alias("c"),
+            (F.col("t.feature") == F.col("c.feature")) & (F.col("c.level") > F.col("t.level")),
+        )
+        .groupBy(F.col("t.feature").alias("feature"), F.col("t.level").alias("level"))
+        .agg(
+            F.sort_array(
+                F.collect_set(F.struct(*(F.col(f"c.{c}").alias(c) for c in CLIENT)))
+            ).alias("blocking_clients"),
+            F.sum("c.requests").alias("blocking_requests"),
+        )
+    )
+    kind = (
+        F.when(F.col("level") == F.col("current_level"), "noop")
+        .when(F.col("level") > F.col("current_level"), "upgrade")
+        .when(F.col("level") == 0, "disable")
+        .otherwise("downgrade")
+    )
+    no_gateway_blockers = F.size("blocking_gateways") == 0
+    no_client_blockers = F.size("blocking_clients") == 0
+    safe = (
+        F.when(F.col("kind") == "noop", True)
+        .when(F.col("kind") == "upgrade", no_gateway_blockers & F.lit(live_gateways > 0))
+        .when(F.col("kind") == "downgrade", no_gateway_blockers & no_client_blockers)
+        .otherwise(no_client_blockers)
+    )
+    empty_clients = F.array().cast(
+        "array<struct<client_software_name:string,client_software_version:string>>"
+    )
+    return (
+        current.join(blocked_by_gateways, ["feature", "level"], "left")
+        .join(users, ["feature", "level"], "left")
+        .withColumn("kind", kind)
+        .withColumn(
+            "blocking_gateways",
+            # Gateways do not matter when disabling (or when nothing changes).
+            F.when(
+                F.col("kind").isin("disable", "noop"), F.array().cast("array<string>")
+            ).otherwise(F.coalesce("blocking_gateways", F.array().cast("array<string>"))),
+        )
+        .withColumn(
+            "blocking_clients",
+            F.when(
+                F.col("kind").isin("downgrade", "disable"),
+                F.coalesce("blocking_clients", empty_clients),
+            ).otherwise(empty_clients),
+        )
+        .withColumn("blocking_requests", F.coalesce("blocking_requests", F.lit(0.0)))
+        .withColumn("safe", safe)
+        .select(
+            "feature",
+            "level",
+            "current_level",
+            "kind",
+            "safe",
+            "blocking_gateways",
+            "blocking_clients",
+            "blocking_requests",
+        )
+    )
+
+
+# -- time series for the charts ------------------------------------------------------------
+
+
+def _bucket(bucket_s: int) -> Column:
+    seconds = F.unix_seconds(F.col("ts"))
+    return (F.floor(seconds / bucket_s) * bucket_s).cast("long").alias("bucket")
+
+
+def connections_over_time(samples: DataFrame, bucket_s: int) -> DataFrame:
+    """Connections per client software per time bucket (sum over gateways, mean in bucket)."""
+    per_time = (
+        samples.where(F.col("metric") == CONNECTIONS)
+        .groupBy("ts", *CLIENT)
+        .agg(F.sum("value").alias("connections"))
+    )
+    return per_time.groupBy(_bucket(bucket_s), *CLIENT).agg(
+        F.avg("connections").alias("connections")
+    )
+
+
+def gated_requests_over_time(
+    increases: DataFrame, series: DataFrame, lookup: DataFrame, bucket_s: int
+) -> DataFrame:
+    """Requests per second needing each feature level, per client software and bucket."""
+    gated = series.join(F.broadcast(lookup), ["api_key", "api_version"]).select(
+        "series", "feature", "level", *CLIENT
+    )
+    return (
+        increases.join(F.broadcast(gated), "series")
+        .groupBy(_bucket(bucket_s), "feature", "level", *CLIENT)
+        .agg((F.sum("increase") / bucket_s).alias("rate"))
+    )
+
+
+__all__ = [
+    "CLIENT",
+    "CONNECTIONS",
+    "INFO",
+    "PLAN_LABELS",
+    "PLAN_METRICS",
+    "REQUESTS",
+    "attach_scrapes",
+    "blocking_gateways",
+    "client_api_usage",
+    "clients_on_gated_versions",
+    "connections_by_client",
+    "connections_over_time",
+    "counter_increases",
+    "counter_series",
+    "feature_levels",
+    "finalized_from_metrics",
+    "gated_requests_over_time",
+    "gated_usage",
+    "gateway_spans",
+    "is_sample_line",
+    "key_samples",
+    "label_sets",
+    "labelled",
+    "latest_per_gateway",
+    "parse_exposition",
+    "parse_labels",
+    "scrape_key",
+    "series_usage",
+    "split_samples",
+    "starts_with_metric",
+    "support_from_metrics",
+    "verdicts",
+]
