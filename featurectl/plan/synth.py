@@ -1,0 +1,431 @@
+"""A synthetic metrics dataset in ``featurectl collect``'s layout, for tests and benchmarks.
+
+The fleet tells a story the planner must get right:
+
+* ``old_gateways`` gateways front brokers without transaction.version 2 and share.version
+  1 (their registrations say 0-1 and 0), so those targets are blocked until upgraded;
+* librdkafka 2.6.1 and apache-kafka-java 4.0.0 use ConsumerGroupHeartbeat, which needs
+  the finalized group.version=1: disabling it is unsafe;
+* apache-kafka-java 3.7.0 used ConsumerGroupDescribe (group.version=1) during the first
+  tenth of the window only: it has a last-seen time, and no increase after it;
+* librdkafka 2.3.0 is replaced by 2.6.1 during the window (connections move over), and
+  2.6.1 appears only after the first third (newborn series);
+* gateway 1 restarts at 60 % of the window (every counter resets to 0).
+
+``python -m featurectl.plan.synth --out DIR --samples 10000000`` writes about 10 million
+samples (one ``.prom`` file per gateway per scrape); ``generate()`` is the library call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gateway.features.catalogue import load_catalogue
+from gateway.features.znode import Finalized, Registration
+from gateway.protocol._apis import api_spec
+
+from .layout import RoundWriter, ScrapeMeta, StateSnapshot, epoch_ms, stamp, write_state
+
+MANIFEST = "synth.json"
+START = datetime(2025, 1, 6, tzinfo=UTC)
+LISTENERS = ("plain", "tls")
+FINALIZED = {"group.version": 1, "transaction.version": 1}
+LATENCY_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+REJECT_REASONS = ("oversize_frame", "unknown_api_key", "unsupported_version", "gated_by_feature")
+
+# (api_key, version, requests per second per connection)
+Usage = tuple[int, int, float]
+_COMMON_CONSUMER: tuple[Usage, ...] = (
+    (18, 3, 0.01),  # ApiVersions
+    (3, 12, 0.05),  # Metadata
+    (10, 4, 0.01),  # FindCoordinator
+    (8, 8, 0.2),  # OffsetCommit
+    (9, 8, 0.02),  # OffsetFetch
+    (2, 7, 0.01),  # ListOffsets
+)
+
+
+@dataclass(frozen=True)
+class ClientProfile:
+    name: str
+    version: str
+    # Connections per gateway at full presence.
+    connections: int
+    usage: tuple[Usage, ...]
+    # Fraction of the window during which the client is present (start, end).
+    present: tuple[float, float] = (0.0, 1.0)
+    # (api_key, version, until): that usage stops at this fraction of the window.
+    stops: tuple[tuple[int, int, float], ...] = ()
+
+
+CLIENTS: tuple[ClientProfile, ...] = (
+    ClientProfile(
+        "librdkafka",
+        "2.6.1",
+        12,
+        (*_COMMON_CONSUMER, (0, 11, 8.0), (1, 16, 4.0), (68, 0, 0.5), (22, 5, 0.01)),
+        present=(0.33, 1.0),
+    ),
+    ClientProfile(
+        "librdkafka",
+        "2.3.0",
+        12,
+        (*_COMMON_CONSUMER, (0, 9, 8.0), (1, 13, 4.0), (11, 9, 0.01), (12, 4, 0.3), (14, 5, 0.01)),
+        present=(0.0, 0.66),
+    ),
+    ClientProfile(
+        "apache-kafka-java",
+        "4.0.0",
+        6,
+        (
+            *_COMMON_CONSUMER,
+            (0, 11, 12.0),
+            (1, 17, 6.0),
+            (68, 1, 0.4),
+            (69, 0, 0.01),
+            (60, 1, 0.01),
+        ),
+    ),
+    ClientProfile(
+        "apache-kafka-java",
+        "3.7.0",
+        5,
+        (
+            *_COMMON_CONSUMER,
+            (0, 10, 6.0),
+            (1, 15, 3.0),
+            (11, 9, 0.01),
+            (12, 4, 0.3),
+            (14, 5, 0.01),
+            (69, 0, 0.05),
+            (22, 4, 0.01),
+            (24, 4, 0.05),
+            (26, 4, 0.05),
+        ),
+        stops=((69, 0, 0.1),),
+    ),
+    ClientProfile(
+        "confluent-kafka-python",
+        "2.5.0",
+        4,
+        (*_COMMON_CONSUMER, (0, 11, 2.0), (1, 16, 1.0), (11, 9, 0.01), (12, 4, 0.3)),
+    ),
+    ClientProfile(
+        "franz-go", "1.17.1", 3, (*_COMMON_CONSUMER, (0, 11, 5.0), (1, 16, 3.0), (12, 4, 0.3))
+    ),
+    ClientProfile(
+        "sarama", "1.43.0", 3, (*_COMMON_CONSUMER, (0, 7, 3.0), (1, 11, 2.0), (12, 3, 0.3))
+    ),
+    ClientProfile(
+        "kafka-python", "2.0.2", 2, ((18, 2, 0.01), (3, 8, 0.05), (0, 7, 1.0), (1, 10, 1.0))
+    ),
+    ClientProfile("unknown", "unknown", 2, ((18, 0, 0.01), (3, 1, 0.05), (0, 3, 0.5))),
+)
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    gateways: int = 24
+    scrapes: int = 240
+    interval_s: int = 15
+    old_gateways: int = 3
+    # The gateway (index) that restarts at ``restart_at`` of the window.
+    restart_gateway: int = 1
+    restart_at: float = 0.6
+    seed: int = 7
+    start: str = START.isoformat()
+    clients: tuple[str, ...] = field(default_factory=lambda: tuple(_client_id(c) for c in CLIENTS))
+
+
+@dataclass(frozen=True)
+class SynthSummary:
+    spec: SynthSpec
+    samples: int
+    files: int
+    bytes: int
+    seconds: float
+
+
+def _client_id(c: ClientProfile) -> str:
+    return f"{c.name}/{c.version}"
+
+
+def samples_per_round(spec: SynthSpec, probes: int = 21) -> float:
+    """The mean number of samples one round of the fleet writes (measured, not guessed).
+
+    Clients come and go during the window, so a round's size varies; this prints the
+    fleet at ``probes`` evenly spaced points of the window and averages.
+    """
+    rng = random.Random(spec.seed)
+    fleet = [_Gateway(i, spec, random.Random(rng.random())) for i in range(spec.gateways)]
+    total = 0
+    for n in range(probes):
+        total += sum(gw.scrape(n / (probes - 1))[1] for gw in fleet)
+    return total / probes
+
+
+def spec_for_samples(samples: int, gateways: int = 24) -> SynthSpec:
+    """A spec whose dataset holds at least ``samples`` samples (2 % margin)."""
+    per_round = samples_per_round(SynthSpec(gateways=gateways))
+    return SynthSpec(gateways=gateways, scrapes=max(2, math.ceil(samples * 1.02 / per_round)))
+
+
+def _gateway_id(index: int) -> str:
+    return f"gw-{index:03d}.example:9092"
+
+
+def _support(index: int, spec: SynthSpec) -> dict[str, tuple[int, int]]:
+    """A gateway in front of a Kafka 4.x broker supports every catalogue level."""
+    levels = {name: (0, f.max_level) for name, f in load_catalogue().items()}
+    if index < spec.old_gateways:
+        # An older broker: no Produce v12 (transaction.version 2), no share groups.
+        levels["transaction.version"] = (0, 1)
+        levels["share.version"] = (0, 0)
+    return levels
+
+
+def _activity(client: ClientProfile, fraction: float) -> float:
+    """0..1: how much of the client's fleet is connected at this point of the window."""
+    start, end = client.present
+    ramp = 0.05
+    if fraction < start or fraction > end:
+        return 0.0
+    if start > 0 and fraction < start + ramp:
+        return (fraction - start) / ramp
+    if end < 1 and fraction > end - ramp:
+        return (end - fraction) / ramp
+    return 1.0
+
+
+def _format_labels(pairs: Sequence[tuple[str, str]]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}"
+
+
+class _Gateway:
+    """The counters of one synthetic gateway and how to print a scrape of them."""
+
+    def __init__(self, index: int, spec: SynthSpec, rng: random.Random) -> None:
+        self.index = index
+        self.id = _gateway_id(index)
+        self.spec = spec
+        self.rng = rng
+        self.support = _support(index, spec)
+        # Not every client runs against every gateway.
+        self.clients = [c for c in CLIENTS if rng.random() < 0.85 or c.name == "librdkafka"]
+        self.scale = rng.uniform(0.5, 1.5)
+        self.requests: dict[str, float] = {}
+        # (labels text, api name, client, api_key, api_version, rate)
+        self.series: list[tuple[str, str, ClientProfile, int, int, float]] = []
+        for listener in LISTENERS:
+            for client in self.clients:
+                for key, version, rate in client.usage:
+                    found = api_spec(key)
+                    api = found.name if found else "Unknown"
+                    labels = _format_labels(
+                        (
+                            ("listener", listener),
+                            ("api_key", str(key)),
+                            ("api", api),
+                            ("api_version", str(version)),
+                            ("client_software_name", client.name),
+                            ("client_software_version", client.version),
+                        )
+                    )
+                    self.series.append((labels, api, client, key, version, rate))
+        self.counts = [0.0] * len(self.series)
+        self.latency: dict[str, list[float]] = {}
+        self.rejected = [0] * len(REJECT_REASONS)
+
+    def restart(self) -> None:
+        self.counts = [0.0] * len(self.series)
+        self.latency = {}
+        self.rejected = [0] * len(REJECT_REASONS)
+
+    def scrape(self, fraction: float) -> tuple[str, int]:
+        """The exposition text at this point of the window and its number of samples."""
+        rng, interval = self.rng, self.spec.interval_s
+        out: list[str] = [
+            "# HELP kafka_gateway_info kafka-gateway build and upstream",
+            "# TYPE kafka_gateway_info gauge",
+            "kafka_gateway_info"
+            + _format_labels(
+                (
+                    ("gateway_id", self.id),
+                    ("gateway_version", "0.1.0"),
+                    ("broker_software_name", "apache-kafka"),
+                    (
+                        "broker_software_version",
+                        "3.7" if self.index < self.spec.old_gateways else "4.0",
+                    ),
+                    ("upstream", f"broker-{self.index}:9093"),
+                )
+            )
+            + " 1.0",
+            "# TYPE kafka_gateway_requests_total counter",
+        ]
+        responses: list[str] = ["# TYPE kafka_gateway_responses_total counter"]
+        latency_counts: dict[str, float] = {}
+        for i, (labels, api, client, key, version, rate) in enumerate(self.series):
+            live = _activity(client, fraction)
+            for stop_key, stop_version, until in client.stops:
+                if (key, version) == (stop_key, stop_version) and fraction > until:
+                    live = 0.0
+            if live == 0.0 and self.counts[i] == 0.0:
+                continue  # a series the gateway has not created yet
+            added = rate * client.connections * live * self.scale * interval
+            self.counts[i] += float(int(added * rng.uniform(0.8, 1.2) + 0.5))
+            count = self.counts[i]
+            out.append(f"kafka_gateway_requests_total{labels} {count}")
+            responses.append(f"kafka_gateway_responses_total{labels} {count}")
+            latency_counts[api] = latency_counts.get(api, 0.0) + count
+        out += responses
+        out.append("# TYPE kafka_gateway_request_latency_seconds histogram")
+        for api, total in sorted(latency_counts.items()):
+            for bound in LATENCY_BOUNDS:
+                cumulative = total * min(1.0, 0.2 + bound * 8)
+                out.append(
+                    f'kafka_gateway_request_latency_seconds_bucket{{api="{api}",le="{bound}"}} '
+                    f"{float(int(cumulative))}"
+                )
+            out.append(
+                f'kafka_gateway_request_latency_seconds_bucket{{api="{api}",le="+Inf"}} {total}'
+            )
+            out.append(f'kafka_gateway_request_latency_seconds_count{{api="{api}"}} {total}')
+            out.append(f'kafka_gateway_request_latency_seconds_sum{{api="{api}"}} {total * 0.004}')
+        out.append("# TYPE kafka_gateway_connections_active gauge")
+        for listener in LISTENERS:
+            for client in self.clients:
+                live = _activity(client, fraction)
+                n = round(client.connections * live * self.scale / len(LISTENERS))
+                out.append(
+                    "kafka_gateway_connections_active"
+                    + _format_labels(
+                        (
+                            ("listener", listener),
+                            ("client_software_name", client.name),
+                            ("client_software_version", client.version),
+                        )
+                    )
+                    + f" {float(n)}"
+                )
+        out.append("# TYPE kafka_gateway_rejected_requests_total counter")
+        for i, reason in enumerate(REJECT_REASONS):
+            self.rejected[i] += rng.random() < 0.01
+            out.append(
+                f'kafka_gateway_rejected_requests_total{{reason="{reason}"}} '
+                f"{float(self.rejected[i])}"
+            )
+        out.append("# TYPE kafka_gateway_feature_finalized_level gauge")
+        for name, level in sorted(FINALIZED.items()):
+            out.append(f'kafka_gateway_feature_finalized_level{{feature="{name}"}} {float(level)}')
+        out.append(f"kafka_gateway_feature_finalized_epoch {float(len(FINALIZED))}")
+        for bound, pick in (("min", 0), ("max", 1)):
+            out.append(f"# TYPE kafka_gateway_feature_supported_{bound}_level gauge")
+            for name, rng_ in sorted(self.support.items()):
+                out.append(
+                    f'kafka_gateway_feature_supported_{bound}_level{{feature="{name}"}} '
+                    f"{float(rng_[pick])}"
+                )
+        samples = sum(1 for line in out if line[0] != "#")
+        return "\n".join(out) + "\n", samples
+
+    def registration(self) -> Registration:
+        return Registration(
+            gateway_id=self.id,
+            listener=self.id,
+            upstream=f"broker-{self.index}:9093",
+            features=self.support,
+            metrics_url=f"http://gw-{self.index:03d}.example:9404/metrics",
+            broker_software_name="apache-kafka",
+            broker_software_version="3.7" if self.index < self.spec.old_gateways else "4.0",
+            gateway_version="0.1.0",
+        )
+
+
+def generate(out: Path, spec: SynthSpec, *, progress: bool = False) -> SynthSummary:
+    """Write the dataset; counts every sample line written."""
+    started = time.perf_counter()
+    rng = random.Random(spec.seed)
+    gateways = [_Gateway(i, spec, random.Random(rng.random())) for i in range(spec.gateways)]
+    start = datetime.fromisoformat(spec.start)
+    samples = files = size = 0
+    restart_scrape = int(spec.scrapes * spec.restart_at)
+    for n in range(spec.scrapes):
+        when = start + timedelta(seconds=n * spec.interval_s)
+        fraction = n / max(1, spec.scrapes - 1)
+        writer = RoundWriter(out, stamp(when))
+        for gw in gateways:
+            if gw.index == spec.restart_gateway and n == restart_scrape:
+                gw.restart()
+            text, count = gw.scrape(fraction)
+            meta = ScrapeMeta(
+                gw.id, f"http://{gw.id.split(':')[0]}:9404/metrics", epoch_ms(when), "synthetic"
+            )
+            writer.write(meta, text)
+            samples += count
+            files += 1
+            size += len(text)
+        if progress and n % max(1, spec.scrapes // 10) == 0:
+            print(f"  scrape {n + 1}/{spec.scrapes}: {samples:,} samples", file=sys.stderr)
+    end = start + timedelta(seconds=(spec.scrapes - 1) * spec.interval_s)
+    write_state(
+        out,
+        StateSnapshot(
+            time_ms=epoch_ms(end),
+            finalized=Finalized(dict(FINALIZED), len(FINALIZED)),
+            registrations=tuple(gw.registration() for gw in gateways),
+            zookeeper="zk-0.example:2181",
+            chroot="/kafka-gateway",
+        ),
+    )
+    summary = SynthSummary(spec, samples, files, size, round(time.perf_counter() - started, 3))
+    (out / MANIFEST).write_text(json.dumps(asdict(summary), indent=1) + "\n")
+    return summary
+
+
+def existing(out: Path, spec: SynthSpec) -> SynthSummary | None:
+    """The summary of a dataset already generated with ``spec`` in ``out``, if any."""
+    try:
+        doc = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    stored = doc.get("spec", {})
+    stored["clients"] = tuple(stored.get("clients", ()))
+    if stored != asdict(spec) | {"clients": tuple(spec.clients)}:
+        return None
+    return SynthSummary(spec, doc["samples"], doc["files"], doc["bytes"], doc["seconds"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m featurectl.plan.synth",
+        description="Write a synthetic kafka-gateway metrics dataset (featurectl collect's "
+        "layout) for tests and benchmarks.",
+        epilog="example: python -m featurectl.plan.synth --out /tmp/synth --samples 10000000",
+    )
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR")
+    parser.add_argument(
+        "--samples", type=int, default=1_000_000, help="about this many samples [1000000]"
+    )
+    parser.add_argument("--gateways", type=int, default=24, help="gateways in the fleet [24]")
+    args = parser.parse_args(argv)
+    spec = spec_for_samples(args.samples, args.gateways)
+    summary = generate(args.out, spec, progress=True)
+    print(
+        f"{summary.samples:,} samples in {summary.files:,} files "
+        f"({summary.bytes / 1e6:,.0f} MB) in {summary.seconds:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
