@@ -54,6 +54,7 @@ from .features import (
     outcome_lines,
     plan_updates,
 )
+from .plan.commands import add_subcommands as add_planner_subcommands
 
 EXIT_OK = 0
 EXIT_REJECTED = 1
@@ -398,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--version-tag", type=int, default=10001, help="tag of BrokerSoftwareVersion [10001]"
     )
     brokers.set_defaults(handler=_brokers, parser=brokers)
+    add_planner_subcommands(commands)
     return parser
 
 
@@ -407,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command != "brokers" and not args.zookeeper:
+    if args.command not in ("brokers", "collect", "plan") and not args.zookeeper:
         args.parser.error(f"--zookeeper is required (or set {ZOOKEEPER_ENV})")
     try:
         return args.handler(args)
