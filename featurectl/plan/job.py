@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from featurectl.plan.layout import PROM_SUFFIX, SCRAPES
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -529,11 +531,8 @@ def run_plan(args: argparse.Namespace) -> int:
             chroot=args.chroot,
             out=Path(args.out),
         )
-        if "://" not in args.metrics and not Path(args.metrics).is_dir():
-            raise UsageError(
-                f"--metrics {args.metrics} is not a directory; collect one with "
-                "'featurectl collect --out DIR'"
-            )
+        if "://" not in args.metrics:
+            _check_local_dataset(Path(args.metrics))
     except (UsageError, CatalogueError) as exc:
         print(f"featurectl plan: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -551,6 +550,19 @@ def run_plan(args: argparse.Namespace) -> int:
     written = write_report(inputs, data)
     _print_summary(data, written)
     return EXIT_OK if all(v["safe"] for v in data.verdicts) else EXIT_UNSAFE
+
+
+def _check_local_dataset(root: Path) -> None:
+    """Fail before starting Spark when a local --metrics cannot be a dataset."""
+    if not root.is_dir():
+        raise UsageError(
+            f"--metrics {root} is not a directory; collect one with 'featurectl collect --out DIR'"
+        )
+    if next((root / SCRAPES).glob(f"*/*{PROM_SUFFIX}"), None) is None:
+        raise UsageError(
+            f"--metrics {root} holds no scrapes ({SCRAPES}/<round>/*{PROM_SUFFIX}); collect "
+            "some with 'featurectl collect --out DIR'"
+        )
 
 
 def _check_targets(targets: Sequence[tuple[str, int]], catalogue: Catalogue) -> dict[str, int]:
