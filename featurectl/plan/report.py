@@ -196,6 +196,10 @@ def plan_document(
         "verdicts": data.verdicts,
         "blocking_gateways": data.blockers,
         "clients": with_times(data.clients, "first_seen", "last_seen"),
+        # Every API version each client software used (gated or not), busiest first.
+        "api_usage": with_times(
+            sorted(data.usage, key=lambda u: -(u["requests"] or 0.0)), "first_seen", "last_seen"
+        ),
         "steps": steps,
         "charts": list(charts),
         "timings_s": data.timings,
