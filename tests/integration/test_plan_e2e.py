@@ -1,0 +1,259 @@
+"""collect → plan end to end: real ZooKeeper, real gateways, real clients, real Spark.
+
+Two gateways register in ZooKeeper with their /metrics URL; gateway "a" knows both
+levels of ``test.version``, gateway "b" only level 1 (as in test_features.py, the
+catalogue gates versions the Tansu broker really has: level 1 DescribeCluster v1,
+level 2 Metadata v12). Level 1 is finalized. While ``featurectl collect`` scrapes every
+second (until SIGTERM), confluent-kafka produces and consumes through "a", and a tool identifying
+itself with KIP-511 sends DescribeCluster v1 (the gated version) through "b".
+
+``featurectl plan`` must then say: finalizing level 2 is blocked by gateway "b"; the
+tool is the client still using what level 1 enables; confluent-kafka-python's Produce
+requests were counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+
+from featurectl.plan.layout import SCRAPES, STATE
+from gateway.features.store import FeatureStore, make_client
+from tests.conftest import GatewayFactory, skip_if_external_broker
+from tests.harness import ConnectionClosed, GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness.kafka_wire import parse_features
+from tests.integration.test_clients import ConfluentDriver
+
+CHROOT = "/kafka-gateway-plan"
+FEATURE = "test.version"
+CATALOGUE_A = f"""
+[features."{FEATURE}"]
+levels.1 = ["DescribeCluster>=1"]
+levels.2 = ["Metadata>=12"]
+"""
+CATALOGUE_B = f"""
+[features."{FEATURE}"]
+levels.1 = ["DescribeCluster>=1"]
+"""
+DESCRIBE_CLUSTER = 60
+# What the harness's raw connection announces in ApiVersions v3 (KIP-511).
+TOOL = ("kafka-gateway-tests", "1")
+RUN_TIMEOUT_S = 300
+T = TypeVar("T")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _tansu_versions() -> None:
+    skip_if_external_broker("the test catalogue gates versions picked for Tansu")
+
+
+@pytest.fixture
+def store(zookeeper: ZooKeeperProcess) -> Iterator[FeatureStore]:
+    client = make_client(zookeeper.connect_string)
+    client.start(timeout=15)
+    try:
+        yield FeatureStore(client, CHROOT)
+    finally:
+        client.stop()
+        client.close()
+
+
+def start_gateway(
+    factory: GatewayFactory, zookeeper: ZooKeeperProcess, tmp_path: Path, name: str, text: str
+) -> GatewayProcess:
+    catalogue = tmp_path / f"{name}.toml"
+    catalogue.write_text(text)
+    return factory(
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--zookeeper-chroot",
+        CHROOT,
+        "--gateway-id",
+        name,
+        "--features-catalogue",
+        str(catalogue),
+        metrics=True,
+        name=name,
+    )
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (OSError, ConnectionClosed) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
+
+
+def serves_level_1(gw: GatewayProcess) -> bool:
+    with KafkaConnection(gw.host, gw.port) as conn:
+        return parse_features(conn.api_versions(4)).finalized == {FEATURE: (1, 1)}
+
+
+def describe_cluster_v1(gw: GatewayProcess, times: int) -> None:
+    """DescribeCluster v1 (needs test.version=1) from a client that says who it is."""
+    with KafkaConnection(gw.host, gw.port) as conn:
+        conn.api_versions(3)  # announces TOOL
+        for _ in range(times):
+            response = conn.request(
+                DESCRIBE_CLUSTER,
+                1,
+                DescribeClusterRequest(include_cluster_authorized_operations=False),
+            )
+            # throttle_time_ms int32, then error_code: 0 while the level is finalized.
+            assert response.body[4:6] == b"\x00\x00"
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_GATEWAY_ZOOKEEPER")}
+    clean["PYSPARK_PYTHON"] = sys.executable
+    return clean
+
+
+def test_collect_then_plan_with_real_gateways_and_clients(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    unique_topic: str,
+    tmp_path: Path,
+) -> None:
+    a = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-a", CATALOGUE_A)
+    b = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-b", CATALOGUE_B)
+    wait_for(lambda: len(store.registrations()) == 2, what="both registrations")
+    assert all(r.metrics_url for r in store.registrations())
+    current = store.read()
+    store.write({FEATURE: 1}, current.epoch)
+    for gw in (a, b):
+        wait_for(lambda gw=gw: serves_level_1(gw), what=f"{gw.name} serving level 1")
+
+    metrics = tmp_path / "metrics"
+    collect = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "featurectl",
+            "collect",
+            "--zookeeper",
+            zookeeper.connect_string,
+            "--chroot",
+            CHROOT,
+            "--out",
+            str(metrics),
+            "--interval",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        # Traffic after the first round, so the counters grow inside the window.
+        wait_for(lambda: list((metrics / SCRAPES).glob("*/*.prom")), what="the first scrape")
+        client = ConfluentDriver()
+        client.create_topic(a.bootstrap, unique_topic)
+        client.produce(a.bootstrap, unique_topic, [b"a", b"b", b"c", b"d"], acks="all")
+        assert client.consume_assigned(a.bootstrap, unique_topic, 4) == [b"a", b"b", b"c", b"d"]
+        describe_cluster_v1(b, times=3)
+        # Two more rounds, so a scrape surely saw all of it; then stop as an operator does.
+        rounds = len(list((metrics / STATE).glob("*.json")))
+        wait_for(lambda: len(list((metrics / STATE).glob("*.json"))) >= rounds + 2, what="rounds")
+        collect.send_signal(signal.SIGTERM)
+        _, err = collect.communicate(timeout=30)
+    finally:
+        if collect.poll() is None:
+            collect.kill()
+            collect.wait()
+    assert collect.returncode == 0, err
+    rounds = len(list((metrics / STATE).glob("*.json")))
+    assert len(list((metrics / SCRAPES).glob("*/*.prom"))) == 2 * rounds
+
+    catalogue = tmp_path / "gw-a.toml"
+    plan_dir = tmp_path / "plan"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "featurectl",
+            "plan",
+            "--metrics",
+            str(metrics),
+            "--zookeeper",
+            zookeeper.connect_string,
+            "--chroot",
+            CHROOT,
+            "--catalogue",
+            str(catalogue),
+            "--target",
+            f"{FEATURE}=2",
+            "--master",
+            "local[1]",
+            "--out",
+            str(plan_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=RUN_TIMEOUT_S,
+    )
+    # 1: written, and the target is not safe (gw-b supports level 1 only).
+    assert done.returncode == 1, done.stderr[-3000:]
+    plan = json.loads((plan_dir / "plan.json").read_text())
+
+    assert plan["state"]["source"] == "zookeeper"
+    assert sorted(plan["state"]["gateway_ids"]) == ["gw-a", "gw-b"]
+    assert plan["dataset"]["gateways"] == 2
+    (feature,) = plan["features"]
+    assert (feature["finalized_level"], feature["cluster_max_level"]) == (1, 1)
+    (verdict,) = plan["verdicts"]
+    assert (verdict["kind"], verdict["safe"], verdict["blocking_gateways"]) == (
+        "upgrade",
+        False,
+        ["gw-b"],
+    )
+    finalize = [s["command"] for s in plan["steps"] if s["kind"] == "command"]
+    assert finalize == [
+        f"featurectl finalize --zookeeper {zookeeper.connect_string} --chroot {CHROOT} "
+        f"--feature {FEATURE}=2"
+    ]
+
+    tool = [
+        c
+        for c in plan["clients"]
+        if (c["client_software_name"], c["client_software_version"]) == TOOL
+    ]
+    assert [(c["api"], c["api_version"], c["feature"], c["level"]) for c in tool] == [
+        ("DescribeCluster", 1, FEATURE, 1)
+    ]
+    assert tool[0]["requests"] >= 3 and tool[0]["gateways"] == ["gw-b"]
+    assert tool[0]["last_seen"] is not None
+
+    produce = [
+        u
+        for u in plan["api_usage"]
+        if u["api"] == "Produce" and u["client_software_name"] == "confluent-kafka-python"
+    ]
+    assert produce and sum(u["requests"] for u in produce) >= 1
+    assert all(u["gateways"] == ["gw-a"] for u in produce)
+    for chart in plan["charts"]:
+        assert (plan_dir / chart).stat().st_size > 0
+    assert (plan_dir / "report.md").read_text().startswith("# kafka-gateway feature plan")
