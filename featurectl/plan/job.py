@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featurectl.plan.layout import PROM_SUFFIX, SCRAPES
+from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -320,21 +320,17 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     catalogue_df = readers.catalogue_frame(spark, inputs.catalogue)
     features = [
         _row(r)
-        for r in tx.feature_levels(
-            catalogue_df, state["gateways_df"], state["support_df"], state["finalized_df"]
-        )
+        for r in tx.feature_levels(catalogue_df, state.gateways, state.support, state.finalized)
         .orderBy("feature")
         .collect()
     ]
     targets = dict(inputs.targets) or _default_targets(features)
     targets_df = readers.levels_frame(spark, targets)
-    blockers = tx.blocking_gateways(targets_df, state["gateways_df"], state["support_df"])
+    blockers = tx.blocking_gateways(targets_df, state.gateways, state.support)
     blocker_rows = [_row(r) for r in blockers.orderBy("feature", "gateway_id").collect()]
     verdict_rows = [
         _row(r)
-        for r in tx.verdicts(
-            targets_df, state["finalized_df"], blockers, clients, len(state["gateway_ids"])
-        )
+        for r in tx.verdicts(targets_df, state.finalized, blockers, clients, len(state.gateway_ids))
         .orderBy("feature")
         .collect()
     ]
@@ -372,10 +368,9 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     }
     for frame in (keyed, spans, labels, small, increases, series, usage, clients):
         frame.unpersist()
-    state_doc = {k: v for k, v in state.items() if not k.endswith("_df")}
     return PlanData(
         dataset=dataset,
-        state=state_doc,
+        state=state.doc,
         features=features,
         verdicts=verdict_rows,
         blockers=blocker_rows,
@@ -391,14 +386,23 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     )
 
 
+@dataclass
+class LiveState:
+    """Live gateways, their support and the finalized levels, from the best source."""
+
+    doc: dict[str, Any]  # what plan.json says about the state
+    gateway_ids: list[str]
+    gateways: DataFrame
+    support: DataFrame
+    finalized: DataFrame
+
+
 def _state(
     spark: SparkSession, inputs: PlanInputs, root: str, samples: DataFrame, spans: DataFrame
-) -> dict[str, Any]:
-    """Live gateways, their support and the finalized levels, from the best source."""
+) -> LiveState:
     from featurectl.plan import readers
     from featurectl.plan import transforms as tx
 
-    snapshot, source = None, None
     if inputs.zookeeper:
         snapshot, source = _read_zookeeper(inputs.zookeeper, inputs.chroot), "zookeeper"
     else:
@@ -406,7 +410,7 @@ def _state(
     if snapshot is not None:
         registrations = snapshot.registrations
         gateway_ids = [r.gateway_id for r in registrations]
-        return {
+        doc = {
             "source": source,
             "time_ms": snapshot.time_ms,
             "zookeeper": inputs.zookeeper or snapshot.zookeeper,
@@ -425,10 +429,14 @@ def _state(
                 }
                 for r in registrations
             ],
-            "gateways_df": readers.gateways_frame(spark, gateway_ids),
-            "support_df": readers.support_frame(spark, registrations),
-            "finalized_df": readers.finalized_frame(spark, snapshot.finalized),
         }
+        return LiveState(
+            doc,
+            gateway_ids,
+            readers.gateways_frame(spark, gateway_ids),
+            readers.support_frame(spark, registrations),
+            readers.finalized_frame(spark, snapshot.finalized),
+        )
     # Neither ZooKeeper nor a snapshot: the gateways' gauges are the best evidence left.
     support = tx.support_from_metrics(samples, spans).cache()
     finalized = tx.finalized_from_metrics(samples).cache()
@@ -437,7 +445,7 @@ def _state(
         tx.latest_per_gateway(samples, spans, tx.FINALIZED_EPOCH).agg({"value": "max"}).collect()
     )
     epoch = epochs[0][0] if epochs and epochs[0][0] is not None else -1
-    return {
+    doc = {
         "source": "metrics",
         "time_ms": None,
         "zookeeper": None,
@@ -446,38 +454,26 @@ def _state(
         "finalized": {r.feature: r.level for r in finalized.collect()},
         "gateway_ids": gateway_ids,
         "registrations": [],
-        "gateways_df": readers.gateways_frame(spark, gateway_ids),
-        "support_df": support,
-        "finalized_df": finalized,
     }
+    return LiveState(
+        doc, gateway_ids, readers.gateways_frame(spark, gateway_ids), support, finalized
+    )
 
 
-def _read_zookeeper(connect: str, chroot: str) -> Any:
-    from datetime import UTC, datetime
+def _read_zookeeper(connect: str, chroot: str) -> StateSnapshot:
+    from featurectl.collect import Registry
 
-    from featurectl.plan.layout import StateSnapshot, epoch_ms
-    from gateway.features.store import FeatureStore, make_client
-
-    client = make_client(connect, timeout_s=10.0)
     try:
-        client.start(timeout=10.0)
-    except Exception as exc:  # kazoo's timeout types differ per handler
+        registry = Registry(connect, chroot, timeout_s=10.0)
+    except Exception as exc:  # kazoo's timeout types differ per handler; ValueError
         raise UsageError(
             f"cannot connect to ZooKeeper {connect}: {exc or type(exc).__name__}; "
             "check --zookeeper, or drop it to use the dataset's state snapshot"
         ) from None
     try:
-        store = FeatureStore(client, chroot)
-        return StateSnapshot(
-            time_ms=epoch_ms(datetime.now(UTC)),
-            finalized=store.read(),
-            registrations=tuple(store.registrations()),
-            zookeeper=connect,
-            chroot=store.paths.chroot,
-        )
+        return registry.snapshot()
     finally:
-        client.stop()
-        client.close()
+        registry.close()
 
 
 def _default_targets(features: Sequence[Mapping[str, Any]]) -> dict[str, int]:
