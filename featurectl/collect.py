@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kazoo.exceptions import ConnectionLoss, KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
 from featurectl.plan.layout import RoundWriter, ScrapeMeta, StateSnapshot, epoch_ms, stamp
 from featurectl.plan.layout import write_state as write_state_file
 
@@ -316,6 +319,13 @@ class Registry:
         self.store = FeatureStore(self.client, chroot)
 
     def snapshot(self) -> StateSnapshot:
+        """Finalized levels and registrations now; ConnectionLoss while disconnected.
+
+        Without the check, a read issued while kazoo reconnects waits for the
+        connection to come back, and the round (and its scrapes) with it.
+        """
+        if not self.client.connected:
+            raise ConnectionLoss(f"not connected to {self.connect}")
         return StateSnapshot(
             time_ms=epoch_ms(datetime.now(UTC)),
             finalized=self.store.read(),
@@ -441,9 +451,11 @@ def run_collect(args: argparse.Namespace) -> int:
     rounds = 1 if args.once else args.rounds
     stop = _stop_event()
     done = 0
+    registered: list[Target] = []
     try:
         while True:
-            total += _one_round(out, registry, args)
+            written, registered = _one_round(out, registry, args, registered)
+            total += written
             done += 1
             if rounds is not None and done >= rounds:
                 break
@@ -455,19 +467,37 @@ def run_collect(args: argparse.Namespace) -> int:
     return _finish(out, total, rounds=done)
 
 
-def _one_round(out: Path, registry: Registry | None, args: argparse.Namespace) -> int:
-    registered: list[Target] = []
+def _one_round(
+    out: Path, registry: Registry | None, args: argparse.Namespace, known: list[Target]
+) -> tuple[int, list[Target]]:
+    """One round; returns the files written and the registered targets it used.
+
+    ``known``: the registered targets of the previous round, scraped again when
+    ZooKeeper cannot be read (a ZooKeeper outage is when metrics matter most).
+    """
+    registered = known
     if registry is not None:
-        snapshot = registry.snapshot()
-        write_state_file(out, snapshot)
-        registered, without = targets_from_registry(snapshot.registrations)
-        if without:
+        try:
+            snapshot = registry.snapshot()
+        except (KazooException, KazooTimeoutError) as exc:
             log.warning(
-                "gateways registered without a metrics_url (start them with --metrics-listen): %s",
-                ", ".join(without),
+                "cannot read ZooKeeper this round (%s: %s); scraping the %d gateway(s) of the "
+                "last round, no state snapshot",
+                type(exc).__name__,
+                exc,
+                len(known),
             )
-        if not snapshot.registrations:
-            log.warning("no live gateway is registered under %s", registry.chroot)
+        else:
+            write_state_file(out, snapshot)
+            registered, without = targets_from_registry(snapshot.registrations)
+            if without:
+                log.warning(
+                    "gateways registered without a metrics_url (start them with "
+                    "--metrics-listen): %s",
+                    ", ".join(without),
+                )
+            if not snapshot.registrations:
+                log.warning("no live gateway is registered under %s", registry.chroot)
     result = collect_round(out, merge_targets(registered, args.gateway), timeout=args.timeout)
     log.info(
         "round %s: %d scraped, %d unreachable",
@@ -475,7 +505,7 @@ def _one_round(out: Path, registry: Registry | None, args: argparse.Namespace) -
         len(result.written),
         len(result.failed),
     )
-    return len(result.written)
+    return len(result.written), registered
 
 
 def _stop_event() -> threading.Event:
