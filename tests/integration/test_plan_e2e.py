@@ -26,11 +26,19 @@ from typing import Any, TypeVar
 
 import pytest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from featurectl.plan.layout import SCRAPES, STATE
 from gateway.features.store import FeatureStore, make_client
+from gateway.features.znode import Registration
 from tests.conftest import GatewayFactory, skip_if_external_broker
-from tests.harness import ConnectionClosed, GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness import (
+    ConnectionClosed,
+    GatewayProcess,
+    KafkaConnection,
+    ZooKeeperProcess,
+    free_port,
+)
 from tests.harness.kafka_wire import parse_features
 from tests.integration.test_clients import ConfluentDriver
 
@@ -257,3 +265,69 @@ def test_collect_then_plan_with_real_gateways_and_clients(
     for chart in plan["charts"]:
         assert (plan_dir / chart).stat().st_size > 0
     assert (plan_dir / "report.md").read_text().startswith("# kafka-gateway feature plan")
+
+
+def test_collect_keeps_scraping_the_known_gateways_while_zookeeper_is_down(
+    zookeeper: ZooKeeperProcess, store: FeatureStore, tmp_path: Path
+) -> None:
+    """An outage is when an operator most wants metrics: no snapshot, scrapes go on."""
+    registry = CollectorRegistry()
+    Gauge("kafka_gateway_feature_finalized_epoch", "epoch", registry=registry).set(3)
+    port = free_port()
+    server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        store.register(
+            Registration(
+                "gw-x",
+                "gw-x:9092",
+                "broker:9093",
+                {},
+                metrics_url=f"http://127.0.0.1:{port}/metrics",
+            )
+        )
+        metrics = tmp_path / "metrics"
+        collect = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "featurectl",
+                "collect",
+                "--zookeeper",
+                zookeeper.connect_string,
+                "--chroot",
+                CHROOT,
+                "--out",
+                str(metrics),
+                "--interval",
+                "0.5",
+                "--timeout",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        try:
+            wait_for(lambda: list((metrics / STATE).glob("*.json")), what="a first round")
+            zookeeper.stop()
+            scraped = len(list((metrics / SCRAPES).glob("*/*.prom")))
+            wait_for(
+                lambda: len(list((metrics / SCRAPES).glob("*/*.prom"))) >= scraped + 3,
+                timeout=30,
+                what="scrapes during the outage",
+            )
+            collect.send_signal(signal.SIGTERM)
+            _, err = collect.communicate(timeout=30)
+        finally:
+            if collect.poll() is None:
+                collect.kill()
+                collect.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert collect.returncode == 0, err
+    assert "cannot read ZooKeeper this round" in err
+    rounds = {p.parent.name for p in (metrics / SCRAPES).glob("*/*.prom")}
+    # Rounds during the outage have scrapes but no state snapshot.
+    assert len(list((metrics / STATE).glob("*.json"))) < len(rounds)
