@@ -8,13 +8,15 @@ Locally (``--master local[*]`` is the default)::
 
     featurectl plan --metrics metrics/ --target transaction.version=2 --out plan/
 
-On a Spark cluster, submit this file; only the driver needs kafka-gateway installed
-(the transformations are Spark SQL expressions, no Python UDFs, so executors run no
-project code). The dataset may live on any file system Spark reads; ``--out`` is a
-directory on the driver (use client deploy mode)::
+On a Spark cluster, submit this file from a machine with kafka-gateway installed (the
+driver imports it). Executors need PySpark's usual Python but no project code: the
+transformations are Spark SQL expressions, not Python UDFs. The dataset may live on
+any file system Spark reads; ``--out`` is a directory on the driver (client deploy
+mode). ``PYSPARK_PYTHON`` (or ``PYSPARK_DRIVER_PYTHON``) picks the driver's Python (else
+spark-submit runs ``python3`` from the PATH)::
 
-    spark-submit --master spark://spark-master:7077 --deploy-mode client \\
-        --driver-memory 4g --executor-memory 4g \\
+    PYSPARK_PYTHON=.venv/bin/python spark-submit --master spark://spark-master:7077 \\
+        --deploy-mode client --driver-memory 4g --executor-memory 4g \\
         featurectl/plan/job.py --metrics s3a://ops/kafka-gateway/metrics \\
         --target group.version=1 --zookeeper zk-0:2181 --out plan/
 
@@ -250,6 +252,9 @@ def spark_session(master: str | None, conf: Sequence[tuple[str, str]] = ()) -> S
         builder = builder.master(master)
         if master.startswith("local"):
             settings.update(LOCAL_CONF)
+            # PySpark's helper processes (small local frames) must run this Python, not
+            # whatever "python3" the PATH finds: versions must match and it has PySpark.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
