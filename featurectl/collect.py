@@ -94,7 +94,6 @@ class RoundResult:
     round_name: str
     written: list[Path] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
-    state: Path | None = None
 
 
 # -- scraping -----------------------------------------------------------------------------

@@ -130,7 +130,6 @@ class PlanData:
     usage: list[dict[str, Any]]
     connections_series: list[dict[str, Any]]
     gated_series: list[dict[str, Any]]
-    bucket_s: int
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -386,7 +385,6 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         usage=[_row(r) for r in usage_rows],
         connections_series=connections_series,
         gated_series=gated_series,
-        bucket_s=bucket_s,
         timings=clock.timings,
     )
 

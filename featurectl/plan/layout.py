@@ -202,14 +202,6 @@ def write_state(root: Path, snapshot: StateSnapshot) -> Path:
     return path
 
 
-def latest_state(root: Path) -> tuple[Path, StateSnapshot] | None:
-    """The newest state snapshot of a dataset (stamps sort by time), or None."""
-    paths = sorted((Path(root) / STATE).glob("*.json"))
-    if not paths:
-        return None
-    return paths[-1], StateSnapshot.from_dict(json.loads(paths[-1].read_text()))
-
-
 __all__ = [
     "PROM_SUFFIX",
     "SCRAPES",
@@ -221,7 +213,6 @@ __all__ = [
     "decode_name",
     "encode_name",
     "epoch_ms",
-    "latest_state",
     "registration_from_dict",
     "registration_to_dict",
     "round_time_ms",
