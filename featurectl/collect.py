@@ -352,6 +352,7 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
             "plan' can run offline. --from-prometheus imports Prometheus query_range exports "
             "instead.",
             width=88,
+            break_on_hyphens=False,
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -214,6 +214,7 @@ def add_plan_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
             "downgrade would withdraw, and the featurectl commands to run, in order. Writes "
             "plan.json, report.md and charts to --out.",
             width=88,
+            break_on_hyphens=False,
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

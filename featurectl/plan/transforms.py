@@ -115,7 +115,7 @@ def split_samples(lines: DataFrame) -> DataFrame:
 
     A line is ``name{a="x",b="y"} value [timestamp_ms]``; comments (``# HELP``/``# TYPE``), blank
     lines and lines whose value does not parse are dropped. Other columns of ``lines``
-    (but ``line``) are carried through. Only string functions, no regex: this runs on
+    (but ``line``) are carried through. Plain string functions, no pattern matching: this runs on
     every line of the dataset, and labels are parsed later for the lines still wanted.
 
     Each ``select`` is a stage on purpose: Spark does not merge a stage into the next
