@@ -1,7 +1,8 @@
 """``featurectl plan`` end to end on a small synthetic dataset, as an operator runs it.
 
 Each run is a real process with its own local Spark (what ``featurectl plan`` and
-``spark-submit`` do), so runs are few and each checks everything about its output.
+``spark-submit`` do), so runs are few, each checks everything about its output, and
+they are marked slow (``-m "not slow"`` keeps the quick usage checks).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def featurectl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_plan_blocks_targets_names_who_and_writes_report_and_charts(dataset, tmp_path) -> None:
     out = tmp_path / "plan"
     done = featurectl(
@@ -121,6 +123,7 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(dataset, tmp
         assert f"]({chart})" in report
 
 
+@pytest.mark.slow
 def test_without_state_or_targets_it_plans_what_the_gauges_allow(dataset, tmp_path) -> None:
     metrics = tmp_path / "metrics"
     shutil.copytree(dataset, metrics)
