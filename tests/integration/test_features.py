@@ -251,7 +251,9 @@ def test_levels_beyond_support_at_run_time_make_the_gateway_unhealthy_until_fixe
     tmp_path: Path,
 ) -> None:
     b = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-b", CATALOGUE_B)
-    assert http_status(b, "/healthz") == 200 and http_status(b, "/readyz") == 200
+    # Ready only once registered in ZooKeeper, a moment after the port accepts.
+    wait_for(lambda: http_status(b, "/readyz") == 200, what="ready")
+    assert http_status(b, "/healthz") == 200
     # Someone bypasses featurectl's checks and writes a level gw-b cannot serve.
     epoch = store.write({FEATURE: 2}, -1)
     wait_for(lambda: http_status(b, "/healthz") == 503, what="unhealthy")
