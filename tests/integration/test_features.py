@@ -443,3 +443,20 @@ def test_featurectl_with_two_real_gateways(
     for gw in (a, b):
         wait_for(lambda gw=gw: features_of(gw)[0].epoch == 1, what=f"{gw.name} epoch 1")
         assert features_of(gw)[0].finalized == {}
+
+
+def test_sigterm_deregisters_at_once(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    """A stopping gateway removes its registration itself instead of leaving it to the
+    session timeout, so featurectl stops counting it at once."""
+    start_gateway(gateway_factory, zookeeper, tmp_path, "gw-a")
+    b = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-b", CATALOGUE_B)
+    wait_for(lambda: len(store.registrations()) == 2, what="both registrations")
+    assert b.stop() == 0
+    # Well inside the 10 s session timeout: the node was deleted, not expired.
+    assert [r.gateway_id for r in store.registrations()] == ["gw-a"]
+    b.wait_for_log("features.deregistered")
