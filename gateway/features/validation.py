@@ -67,15 +67,15 @@ class Validation:
 
 def blocking_gateways(
     feature: str, level: int, gateways: Mapping[str, Mapping[str, VersionRange]]
-) -> list[str]:
-    """Live gateways that cannot serve ``level`` of ``feature``, as 'id (supports a-b)'."""
-    out = []
+) -> dict[str, str]:
+    """Live gateways that cannot serve ``level`` of ``feature``: id -> what it supports."""
+    out = {}
     for gateway_id, supported in sorted(gateways.items()):
         rng = supported.get(feature)
         if rng is None:
-            out.append(f"{gateway_id} (does not know {feature})")
+            out[gateway_id] = f"does not know {feature}"
         elif not rng[0] <= level <= rng[1]:
-            out.append(f"{gateway_id} (supports {rng[0]}-{rng[1]})")
+            out[gateway_id] = f"supports {rng[0]}-{rng[1]}"
     return out
 
 
@@ -140,8 +140,10 @@ def validate_update(
     if blocking:
         return refuse(
             "Could not apply finalized feature update because gateways were found to have "
-            f"incompatible versions for the feature: {', '.join(blocking)}.",
-            [b.split(" ", 1)[0] for b in blocking],
+            "incompatible versions for the feature: "
+            + ", ".join(f"{gateway_id} ({why})" for gateway_id, why in blocking.items())
+            + ".",
+            blocking,
         )
     return update.level, UpdateResult(name)
 

@@ -115,10 +115,6 @@ class Gateway:
         self.started = True
         self._update_health()
 
-    @property
-    def ready(self) -> bool:
-        return self.readiness()[0]
-
     def health(self) -> tuple[bool, str]:
         if not self.features.compatible:
             return False, "finalized feature levels exceed what this gateway supports"
@@ -221,11 +217,11 @@ class Gateway:
                 version=software.version,
                 api_keys=len(upstream),
             )
-            self._set_info(address, software)
+            self._set_info(address)
         available = negotiate(self._own_ranges, upstream)
         self.features.set_available(str(address), available)
-        ranges = negotiate(self._own_ranges, upstream, self.features.caps)
         caps = self.features.caps
+        ranges = negotiate(self._own_ranges, upstream, caps)
         answered_here = [UPDATE_FEATURES] if self.features.enabled else []
         if self.synthesizes_describe_cluster(upstream):
             answered_here.append(DESCRIBE_CLUSTER)
@@ -239,7 +235,7 @@ class Gateway:
                 ranges[key] = (low, high)
         return ranges
 
-    def _set_info(self, address: HostPort, software: BrokerSoftware) -> None:
+    def _set_info(self, address: HostPort) -> None:
         shown = self.broker_software(address)
         self.metrics.set_info(
             gateway_id=self.gateway_id,

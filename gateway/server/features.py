@@ -346,13 +346,15 @@ class FeatureGate:
             return
         self._spawn(self._register())
 
-    async def _register(self) -> None:
+    async def _register(self, *, at_startup: bool = False) -> None:
         store = self._store
         assert store is not None and self._loop is not None
         registration = self._registration()
         try:
             await self._loop.run_in_executor(None, store.register, registration)
         except GatewayIdTaken as exc:
+            if at_startup:
+                raise FeatureStartupError(str(exc)) from None
             log.error("features.register_failed", error=str(exc))
             return
         except KazooException as exc:
@@ -390,12 +392,5 @@ class FeatureGate:
 
     async def register_now(self) -> None:
         """Register at startup (raises FeatureStartupError if the id is taken)."""
-        if self._store is None or self.supported is None:
-            return
-        assert self._loop is not None
-        try:
-            await self._loop.run_in_executor(None, self._store.register, self._registration())
-        except GatewayIdTaken as exc:
-            raise FeatureStartupError(str(exc)) from None
-        self._registered = True
-        log.info("features.registered", gateway_id=self._gateway_id())
+        if self._store is not None and self.supported is not None:
+            await self._register(at_startup=True)
