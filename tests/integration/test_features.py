@@ -102,7 +102,7 @@ def features_of(gw: GatewayProcess) -> tuple[Features, dict[int, tuple[int, int]
     return parse_features(answer), answer.api_keys
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:
+def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

@@ -19,10 +19,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
@@ -33,7 +31,6 @@ from gateway.features.store import FeatureStore, make_client
 from gateway.features.znode import Registration
 from tests.conftest import GatewayFactory, skip_if_external_broker
 from tests.harness import (
-    ConnectionClosed,
     GatewayProcess,
     KafkaConnection,
     ZooKeeperProcess,
@@ -41,23 +38,19 @@ from tests.harness import (
 )
 from tests.harness.kafka_wire import parse_features
 from tests.integration.test_clients import ConfluentDriver
+from tests.integration.test_features import (
+    CATALOGUE_A,
+    CATALOGUE_B,
+    CHROOT,
+    FEATURE,
+    start_gateway,
+    wait_for,
+)
 
-CHROOT = "/kafka-gateway-plan"
-FEATURE = "test.version"
-CATALOGUE_A = f"""
-[features."{FEATURE}"]
-levels.1 = ["DescribeCluster>=1"]
-levels.2 = ["Metadata>=12"]
-"""
-CATALOGUE_B = f"""
-[features."{FEATURE}"]
-levels.1 = ["DescribeCluster>=1"]
-"""
 DESCRIBE_CLUSTER = 60
 # What the harness's raw connection announces in ApiVersions v3 (KIP-511).
 TOOL = ("kafka-gateway-tests", "1")
 RUN_TIMEOUT_S = 300
-T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -76,40 +69,6 @@ def store(zookeeper: ZooKeeperProcess) -> Iterator[FeatureStore]:
     finally:
         client.stop()
         client.close()
-
-
-def start_gateway(
-    factory: GatewayFactory, zookeeper: ZooKeeperProcess, tmp_path: Path, name: str, text: str
-) -> GatewayProcess:
-    catalogue = tmp_path / f"{name}.toml"
-    catalogue.write_text(text)
-    return factory(
-        "--zookeeper",
-        zookeeper.connect_string,
-        "--zookeeper-chroot",
-        CHROOT,
-        "--gateway-id",
-        name,
-        "--features-catalogue",
-        str(catalogue),
-        metrics=True,
-        name=name,
-    )
-
-
-def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, ConnectionClosed) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
 
 
 def serves_level_1(gw: GatewayProcess) -> bool:
