@@ -904,9 +904,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--fetch-version",
         type=int,
-        default=11,
-        help="Fetch version, 4..17 as far as the broker allows (default 11;"
-        " 12+ flexible, 13+ topic ids, 16+ may carry NodeEndpoints)",
+        default=16,
+        help="Fetch version, 4..17 as far as the broker allows (default 16, what"
+        " librdkafka 2.x sends; 12+ flexible, 13+ topic ids, 16+ carry KIP-951"
+        " NodeEndpoints, which the gateway rewrites)",
     )
     parser.add_argument(
         "--fetch-max-mb",

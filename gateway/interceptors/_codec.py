@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
-import types
 import typing
 from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import compact_array_reader
+from kio.serial.writers import compact_array_writer
+
+from ..protocol._walk import unwrap_optional
+
+__all__ = [
+    "decode_request",
+    "decode_response",
+    "decode_response_tag",
+    "encode_request",
+    "encode_response",
+    "encode_response_tag",
+    "unwrap_optional",
+]
 
 
 @cache
@@ -50,10 +64,36 @@ def encode_request(entity: Any) -> bytes:
     return buf.getvalue()
 
 
-def unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    """(X, True) for a kio field hint ``X | None``, else (hint, False)."""
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return hint, False
+@cache
+def _tag_codec(api_key: int, version: int, tag: int) -> tuple[Any, Any]:
+    """kio reader and writer of the value of a top-level tagged field of a response."""
+    schema = load_response_schema(api_key, version)
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.metadata.get("tag") == tag:
+            hint = hints[f.name]
+            args = typing.get_args(hint)
+            if typing.get_origin(hint) is not tuple or not dataclasses.is_dataclass(args[0]):
+                raise TypeError(f"tag {tag} of {schema.__name__} is not an array of structs")
+            item: Any = args[0]
+            return (
+                compact_array_reader(entity_reader(item)),
+                compact_array_writer(entity_writer(item)),
+            )
+    raise KeyError(f"response {api_key} v{version} has no tag {tag}")
+
+
+def decode_response_tag(api_key: int, version: int, tag: int, raw: bytes) -> tuple[Any, ...]:
+    """The value of an array-of-structs tagged field (e.g. NodeEndpoints) from its bytes."""
+    reader, _ = _tag_codec(api_key, version, tag)
+    items, size = reader(raw, 0)
+    if size != len(raw):
+        raise ValueError(f"tag {tag}: {len(raw) - size} bytes after its value")
+    return tuple(items or ())
+
+
+def encode_response_tag(api_key: int, version: int, tag: int, items: tuple[Any, ...]) -> bytes:
+    _, writer = _tag_codec(api_key, version, tag)
+    buf = io.BytesIO()
+    writer(buf, items)
+    return buf.getvalue()

@@ -6,6 +6,15 @@ the KIP-951 NodeEndpoints tagged field of Produce (v10+), Fetch (v16+), ShareFet
 ShareAcknowledge. One mechanism serves them all: in kio's types an endpoint is any
 record with a node id, ``host`` and ``port``, found at the top level or in a tuple
 field of the response.
+
+Produce and Fetch are different: their only endpoints are in NodeEndpoints, a tag of the
+body's last part, so only that part is decoded (``rewrite_tail``). A large Fetch streams
+through the gateway and only its tagged section is held back (see
+``gateway.protocol.TailFinder``); its length prefix has gone out by then, so the section
+must keep its length. A shorter rewrite is padded with an unknown tag, which every
+flexible-version parser skips (KIP-482). A longer one cannot fit: NodeEndpoints is
+dropped, and clients fall back to what they did before KIP-951, a Metadata request,
+which comes back through the gateway and is rewritten.
 """
 
 from __future__ import annotations
@@ -17,9 +26,18 @@ from typing import Any, Protocol
 
 from kio.static.primitive import i32
 
-from ..protocol import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
-from ._codec import decode_response, encode_response
-from ._tagged import read_top_level_tags, splice_tagged_fields, split_unknown_tags
+from ..protocol import (
+    DESCRIBE_CLUSTER,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    Malformed,
+    read_tagged_fields,
+    write_tagged_fields,
+)
+from ._codec import decode_response, decode_response_tag, encode_response, encode_response_tag
+from ._tagged import splice_tagged_fields, split_unknown_tags, top_level_tags_offset
 
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
@@ -38,6 +56,9 @@ REWRITTEN_RESPONSES: dict[int, int] = {
 _NODE_ID_FIELDS = ("node_id", "broker_id")
 # KIP-951: the top-level tag of NodeEndpoints in Produce (v10+) and Fetch (v16+) responses.
 NODE_ENDPOINTS_TAG = 0
+# Unknown tags that fill a tagged section back to its length. Kafka numbers tags from 0
+# up; these are far above any it uses, and written last as tags must be ascending.
+PAD_TAGS = (10_000, 10_001)
 
 
 class AddressBook(Protocol):
@@ -59,13 +80,13 @@ def rewrite_response(
     When nothing needs to change, ``body`` itself is returned (not a copy), so a caller
     can forward the frame it already holds.
     """
-    if api_key in (PRODUCE, FETCH) and NODE_ENDPOINTS_TAG not in read_top_level_tags(
-        api_key, api_version, body
-    ):
-        # Produce/Fetch carry broker addresses only in the NodeEndpoints tag, which is
-        # set on leader changes: walking the structure (records are skipped, not
-        # copied) is much cheaper than decoding and re-encoding every batch.
-        return body
+    if api_key in (PRODUCE, FETCH):
+        # Their broker addresses are only in the tagged section: walking to it (records
+        # are skipped, not copied) is much cheaper than decoding every batch.
+        offset = top_level_tags_offset(api_key, api_version, body)
+        tail = bytes(body[offset:])
+        new_tail = rewrite_tail(api_key, api_version, tail, book)
+        return body if new_tail is tail else bytes(body[:offset]) + new_tail
     known_only, unknown_tags = split_unknown_tags(api_key, api_version, body)
     message = decode_response(api_key, api_version, known_only)
     rewritten = _rewrite(message, book)
@@ -75,6 +96,54 @@ def rewrite_response(
     if unknown_tags:  # tags kio does not know still reach the client
         encoded = splice_tagged_fields(api_key, api_version, encoded, unknown_tags)
     return encoded
+
+
+def rewrite_tail(
+    api_key: int, api_version: int, tail: bytes, book: AddressBook, *, keep_length: bool = False
+) -> bytes:
+    """The top-level tagged section ``tail`` of a Produce/Fetch response, NodeEndpoints
+    rewritten; ``tail`` itself when nothing changes.
+
+    With ``keep_length`` the result has exactly ``len(tail)`` bytes (see the module
+    docstring). Raises ``Malformed`` when ``tail`` is not one tagged section.
+    """
+    fields, end = read_tagged_fields(tail, 0)
+    if end != len(tail):
+        raise Malformed(f"{len(tail) - end} bytes after the tagged fields")
+    raw = fields.get(NODE_ENDPOINTS_TAG)
+    if raw is None:
+        return tail
+    endpoints = decode_response_tag(api_key, api_version, NODE_ENDPOINTS_TAG, raw)
+    rewritten = tuple(_rewrite(endpoint, book) for endpoint in endpoints)
+    if all(new is old for new, old in zip(rewritten, endpoints, strict=True)):
+        return tail
+    fields[NODE_ENDPOINTS_TAG] = encode_response_tag(
+        api_key, api_version, NODE_ENDPOINTS_TAG, rewritten
+    )
+    new_tail = write_tagged_fields(fields)
+    if not keep_length or len(new_tail) == len(tail):
+        return new_tail
+    padded = _padded(fields, len(tail))
+    if padded is None:
+        del fields[NODE_ENDPOINTS_TAG]
+        padded = _padded(fields, len(tail))
+    if padded is None:  # cannot happen: the dropped tag took at least 3 bytes
+        raise Malformed("no padding fits the tagged section")
+    return padded
+
+
+def _padded(fields: dict[int, bytes], length: int) -> bytes | None:
+    """``fields`` plus one or two PAD_TAGS, encoded in exactly ``length`` bytes, if any."""
+    base = len(write_tagged_fields({**fields, PAD_TAGS[0]: b""}))
+    if base > length:
+        return None
+    # Varint widths make some lengths unreachable with one pad; two pads reach the rest.
+    for pads in ({}, {PAD_TAGS[1]: b""}):
+        for size in range(max(length - base - 8, 0), length - base + 1):
+            encoded = write_tagged_fields({**fields, **pads, PAD_TAGS[0]: bytes(size)})
+            if len(encoded) == length:
+                return encoded
+    return None
 
 
 def _rewrite(entity: Any, book: AddressBook) -> Any:

@@ -32,7 +32,11 @@ from ._streams import (
     RequestReader,
     ResponseFrame,
     ResponseReader,
+    ResponseTail,
+    TailPolicy,
+    UnreadableResponse,
 )
+from ._walk import TailFinder
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
 __all__ = [
@@ -57,6 +61,10 @@ __all__ = [
     "RequestReader",
     "ResponseFrame",
     "ResponseReader",
+    "ResponseTail",
+    "TailFinder",
+    "TailPolicy",
+    "UnreadableResponse",
     "api_name",
     "api_spec",
     "frame",

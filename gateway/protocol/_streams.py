@@ -5,7 +5,9 @@ upstream broker; both hand back a list whose items are either buffers to forward
 untouched (``bytes``/``memoryview``) or events. Frames nobody asked for are never
 copied into a frame buffer: the reader looks at their first bytes, records them in
 the in-flight table and forwards them (even a 100 MiB fetch streams through in the
-chunks the socket delivered). Only intercepted frames are gathered whole.
+chunks the socket delivered). Only intercepted frames are gathered whole, except
+responses whose only rewritable part is their top-level tagged section (KIP-951's
+NodeEndpoints in a Fetch): those stream through and only that section is gathered.
 
 Order of the list is the order on the wire; the I/O layer must keep it.
 
@@ -27,6 +29,7 @@ from ._apis import PRODUCE, SASL_HANDSHAKE
 from ._headers import RequestHeader, parse_request_header, produce_acks
 from ._sasl import SaslExchange, handshake_mechanism
 from ._stats import ApiStats
+from ._walk import TailFinder
 from ._wire import INT16, INT32, Incomplete, Malformed
 
 # Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
@@ -166,6 +169,26 @@ class ResponseFrame:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseTail:
+    """The top-level tagged section of a response whose earlier bytes already went out.
+
+    The frame's length prefix went out too, so whatever replaces ``tail`` must have
+    exactly its length.
+    """
+
+    request: InFlightRequest
+    tail: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableResponse:
+    """A streamed response whose fields could not be followed; it went out untouched."""
+
+    request: InFlightRequest
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class DroppedResponse:
     """An upstream response nobody awaits (e.g. Tansu answering an acks=0 produce)."""
 
@@ -185,11 +208,23 @@ class ProtocolViolation:
     detail: str
 
 
-Item = bytes | memoryview | RequestFrame | ResponseFrame | DroppedResponse | ProtocolViolation
+Item = (
+    bytes
+    | memoryview
+    | RequestFrame
+    | ResponseFrame
+    | ResponseTail
+    | UnreadableResponse
+    | DroppedResponse
+    | ProtocolViolation
+)
 
 # Decides whether a request must be gathered whole and handed to an interceptor.
 # Called with (api_key, api_version); must be cheap, it runs for every request.
 RequestPolicy = Callable[[int, int], bool]
+# For an intercepted response (request, frame size): a TailFinder to stream it and gather
+# only its top-level tagged section, or None to gather it whole.
+TailPolicy = Callable[[InFlightRequest, int], TailFinder | None]
 
 
 class _Reader:
@@ -204,6 +239,7 @@ class _Reader:
         "_head",
         "_max",
         "_pass",
+        "_walk",
     )
 
     def __init__(self, max_frame_bytes: int) -> None:
@@ -214,12 +250,20 @@ class _Reader:
         self._gather_left = 0
         self._gather_meta: object = None
         self._head = b""  # start of a frame whose first bytes are not all here yet
+        # Follows a frame streaming through up to its tagged section (responses only).
+        self._walk: TailFinder | None = None
         self._failed = False
 
     @property
     def mid_frame(self) -> bool:
         """True while a frame has started but not ended (e.g. a client aborting mid-request)."""
-        return bool(self._pass or self._drop or self._gather is not None or self._head)
+        return bool(
+            self._pass
+            or self._drop
+            or self._gather is not None
+            or self._head
+            or self._walk is not None
+        )
 
     def feed(self, data: bytes) -> list[Item]:
         out: list[Item] = []
@@ -254,6 +298,8 @@ class _Reader:
                     self._emit_gathered(out)
                     if self._failed:
                         return out
+            elif self._walk is not None:
+                pos = self._walk_on(mv, 0, n, out)
             elif self._head:
                 data = self._head + data
                 self._head = b""
@@ -270,6 +316,9 @@ class _Reader:
         """Hook run when a forwarded frame has fully gone out."""
 
     def _emit_gathered(self, out: list[Item]) -> None:
+        raise NotImplementedError
+
+    def _walk_on(self, mv: memoryview, pos: int, n: int, out: list[Item]) -> int:
         raise NotImplementedError
 
     def _fail(self, out: list[Item], reason: str, detail: str) -> None:
@@ -480,18 +529,23 @@ class RequestReader(_Reader):
 class ResponseReader(_Reader):
     """Upstream → client. Matches responses to in-flight requests by correlation id."""
 
-    __slots__ = ("_current", "_inflight", "_intercept")
+    __slots__ = ("_current", "_inflight", "_intercept", "_tail", "_tail_policy", "_walk_left")
 
     def __init__(
         self,
         inflight: InFlight,
         intercept: Callable[[InFlightRequest], bool] | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        tail_policy: TailPolicy | None = None,
     ) -> None:
         super().__init__(max_frame_bytes)
         self._inflight = inflight
         self._intercept = intercept
+        # Asked for each intercepted response whether to stream it (see TailPolicy).
+        self._tail_policy = tail_policy
         self._current: InFlightRequest | None = None  # whose response is being forwarded
+        self._walk_left = 0  # bytes of the streamed frame after what was walked
+        self._tail = False  # the gather in progress is a streamed frame's tagged section
 
     def _frame_done(self, out: list[Item]) -> None:
         entry, self._current = self._current, None
@@ -541,8 +595,12 @@ class ResponseReader(_Reader):
                         break
                     pos = span = end
                     continue
-                pos = span = self._start_gather(mv, pos, end, n, entry, out)
-                if self._gather is not None:
+                finder = self._tail_policy(entry, size) if self._tail_policy else None
+                if finder is None:
+                    pos = span = self._start_gather(mv, pos, end, n, entry, out)
+                else:
+                    pos = span = self._start_tail(mv, pos, end, n, entry, finder, out)
+                if self._gather is not None or self._walk is not None or self._pass:
                     return n
                 continue
             if end > n:
@@ -561,6 +619,61 @@ class ResponseReader(_Reader):
         if pos < n:
             self._head = bytes(mv[pos:])
         return n
+
+    def _start_tail(
+        self,
+        mv: memoryview,
+        pos: int,
+        end: int,
+        n: int,
+        entry: InFlightRequest,
+        finder: TailFinder,
+        out: list[Item],
+    ) -> int:
+        """Stream the frame at ``pos`` (its size and correlation id are here) and gather
+        only its top-level tagged section; return the position after what was consumed."""
+        out.append(mv[pos : pos + 8])
+        self._walk = finder
+        self._walk_left = end - pos - 8
+        self._current = entry
+        return self._walk_on(mv, pos + 8, n, out)
+
+    def _walk_on(self, mv: memoryview, pos: int, n: int, out: list[Item]) -> int:
+        finder = self._walk
+        assert finder is not None
+        stop = min(n, pos + self._walk_left)
+        try:
+            reached = finder.feed(mv, pos, stop)
+        except Malformed as exc:
+            return self._unreadable(mv, pos, n, str(exc), out)
+        if reached > pos:
+            out.append(mv[pos:reached])
+            self._walk_left -= reached - pos
+        if finder.found:
+            self._walk = None
+            entry, self._current = self._current, None
+            self._tail = True
+            return self._start_gather(mv, reached, reached + self._walk_left, n, entry, out)
+        if not self._walk_left:
+            return self._unreadable(mv, reached, n, "frame ends before its tagged fields", out)
+        return reached
+
+    def _unreadable(self, mv: memoryview, pos: int, n: int, detail: str, out: list[Item]) -> int:
+        """Forward the rest of a streamed frame from ``pos`` untouched."""
+        entry = self._current
+        assert entry is not None
+        self._walk = None
+        out.append(UnreadableResponse(entry, detail))
+        end = pos + self._walk_left
+        if end > n:
+            out.append(mv[pos:n])
+            self._pass = end - n  # _frame_done finishes the entry
+            return n
+        if end > pos:
+            out.append(mv[pos:end])
+        self._current = None
+        out.extend(self._inflight.finish(entry))
+        return end
 
     def _handshake_answered(
         self, mv: memoryview, pos: int, end: int, n: int, entry: InFlightRequest, out: list[Item]
@@ -619,5 +732,9 @@ class ResponseReader(_Reader):
         self._gather = None
         self._gather_meta = None
         assert isinstance(entry, InFlightRequest)
-        out.append(ResponseFrame(entry, frame))
+        if self._tail:
+            self._tail = False
+            out.append(ResponseTail(entry, bytes(frame)))
+        else:
+            out.append(ResponseFrame(entry, frame))
         out.extend(self._inflight.finish(entry))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 from ..features.catalogue import required_level
 from ..features.validation import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UpdateResult
 from ..interceptors import upstream as internal
-from ..interceptors.addresses import REWRITTEN_RESPONSES, rewrite_response
+from ..interceptors.addresses import REWRITTEN_RESPONSES, rewrite_response, rewrite_tail
 from ..interceptors.api_versions import add_broker_software, answer_api_versions
 from ..interceptors.describe_cluster import add_software_per_broker
 from ..interceptors.unsupported import unsupported_version_response
@@ -32,6 +32,7 @@ from ..observability.logging import get_logger
 from ..protocol import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
+    FETCH,
     METADATA,
     UPDATE_FEATURES,
     DroppedResponse,
@@ -43,6 +44,9 @@ from ..protocol import (
     RequestReader,
     ResponseFrame,
     ResponseReader,
+    ResponseTail,
+    TailFinder,
+    UnreadableResponse,
     api_spec,
     frame,
     response_body_offset,
@@ -85,9 +89,23 @@ _internal_ids = itertools.count(-(2**31))
 InternalHandler = Callable[[memoryview], None]
 
 
+# Fetch responses from this size on stream through; only their tagged section (where
+# KIP-951's NodeEndpoints are) is held back, so a bulk consumer does not wait for the
+# gateway to gather each response before the first byte reaches it. Smaller ones are
+# gathered whole, which leaves a rewrite free to change their length.
+STREAM_FETCH_FROM_BYTES = 64 * 1024
+
+
 def _intercept_response(entry: InFlightRequest, _first=REWRITTEN_RESPONSES.get) -> bool:
     # Runs once per response: a dict lookup, no further calls (see needs_rewrite).
     return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
+
+
+def _stream_response(entry: InFlightRequest, size: int) -> TailFinder | None:
+    # Runs once per intercepted response.
+    if entry.api_key == FETCH and size >= STREAM_FETCH_FROM_BYTES and entry.context is None:
+        return TailFinder(FETCH, entry.api_version)
+    return None
 
 
 class ClientConnection(asyncio.Protocol):
@@ -102,7 +120,7 @@ class ClientConnection(asyncio.Protocol):
             self.inflight, self._intercept_request, gateway.config.max_frame_bytes
         )
         self.responses = ResponseReader(
-            self.inflight, _intercept_response, gateway.config.max_frame_bytes
+            self.inflight, _intercept_response, gateway.config.max_frame_bytes, _stream_response
         )
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -543,6 +561,10 @@ class ClientConnection(asyncio.Protocol):
                     cast(InternalHandler, handler)(memoryview(item.frame)[4:])
                 else:
                     client.write(self._rewrite(item))
+            elif isinstance(item, ResponseTail):
+                client.write(self._rewrite_tail(item))
+            elif isinstance(item, UnreadableResponse):
+                self._rewrite_failed(item.request, item.detail)
             elif isinstance(item, DroppedResponse):
                 self.gateway.metrics.dropped_responses.inc()
                 log.info(
@@ -588,16 +610,30 @@ class ClientConnection(asyncio.Protocol):
             elif body is original:
                 return response.frame  # unchanged: no copy of a possibly large fetch
         except Exception as exc:  # a broker bug must not cost the client its response
-            self.gateway.metrics.rewrite_errors.labels(spec.name).inc()
-            log.error(
-                "response.rewrite_failed",
-                api=spec.name,
-                version=entry.api_version,
-                error=repr(exc),
-                peer=self.peer,
-            )
+            self._rewrite_failed(entry, repr(exc))
             return response.frame
         return frame(bytes(payload[:offset]) + body)
+
+    def _rewrite_tail(self, item: ResponseTail) -> bytes:
+        entry = item.request
+        try:
+            return rewrite_tail(
+                entry.api_key, entry.api_version, item.tail, self.gateway.router, keep_length=True
+            )
+        except Exception as exc:  # as in _rewrite: the client still gets its response
+            self._rewrite_failed(entry, repr(exc))
+            return item.tail
+
+    def _rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
+        name = api_name(entry.api_key)
+        self.gateway.metrics.rewrite_errors.labels(name).inc()
+        log.error(
+            "response.rewrite_failed",
+            api=name,
+            version=entry.api_version,
+            error=error,
+            peer=self.peer,
+        )
 
     def _with_software(self, version: int, payload: bytes) -> bytes:
         """KIP-885 tags for a DescribeCluster response payload the gateway built."""

@@ -1,0 +1,287 @@
+"""Walking a flexible response along its schema to where the top-level tagged section starts.
+
+Why: Kafka puts fields that name brokers (KIP-951's NodeEndpoints in Produce v10+ and
+Fetch v16+ responses) into the *last* part of a body, the top-level tagged section, and
+where that section starts can only be found by walking every field before it. The walk
+follows ``kio``'s generated schema (Kafka's message JSON files) and only *measures*:
+values are never decoded, records are skipped by their length, so it works on bytes from
+any encoder, canonical or not.
+
+The walk is a generator that states what it needs next, so the same code serves a body
+held whole (``tags_offset``) and a 100 MiB fetch streaming past in socket-sized chunks
+(``TailFinder``), without gathering it:
+
+* it yields ``n > 0``: "send me the next n bytes" (it gets a bytes-like of exactly n);
+* it yields ``-n``: "skip the next n bytes" (it gets None).
+
+Adjacent fixed-width fields are merged into one skip, so a Fetch partition costs about
+seven steps whatever its record bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Generator
+from functools import cache
+from typing import Any
+
+from kio.index import load_response_schema
+
+from ._wire import INT16, INT32, Incomplete, Malformed
+
+# A walk: yields steps (see the module docstring); returns when the tagged section starts.
+Walk = Generator[int, Any, None]
+
+_FIXED_WIDTH = {
+    "int8": 1,
+    "bool": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+_LENGTH_PREFIXED = ("string", "bytes", "records")
+
+
+def unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """(X, True) for a kio field hint ``X | None``, else (hint, False)."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    kafka_type: str | None  # None for struct fields
+    entity: type | None  # struct type, for struct and struct-array fields
+    array: bool
+    nullable: bool
+
+
+@cache
+def layout(cls: type) -> tuple[tuple[Field, ...], frozenset[int]]:
+    """Non-tagged fields of a kio entity in wire order, and its known tags."""
+    fields: list[Field] = []
+    tags: set[int] = set()
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:
+            tags.add(int(f.metadata["tag"]))
+            continue
+        hint, nullable = unwrap_optional(f.type)
+        array = typing.get_origin(hint) is tuple
+        element = typing.get_args(hint)[0] if array else hint
+        element, _ = unwrap_optional(element)
+        entity = element if dataclasses.is_dataclass(element) else None
+        kafka_type = None if entity is not None else f.metadata.get("kafka_type")
+        if entity is None and kafka_type is None:
+            raise TypeError(f"{cls.__name__}.{f.name}: no kafka_type")
+        if kafka_type is not None and kafka_type not in (*_FIXED_WIDTH, *_LENGTH_PREFIXED):
+            raise TypeError(f"{cls.__name__}.{f.name}: unsupported kafka_type {kafka_type!r}")
+        fields.append(Field(f.name, kafka_type, entity, array, nullable))  # type: ignore[arg-type]
+    return tuple(fields), frozenset(tags)
+
+
+# Plan steps: (_SKIP, width) | (_BLOB, classic length width) | (_ARRAY, field) | (_STRUCT, field)
+_SKIP, _BLOB, _ARRAY, _STRUCT = range(4)
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[int, Any], ...]:
+    """``layout(cls)`` as walk steps, adjacent fixed widths merged into one skip."""
+    steps: list[tuple[int, Any]] = []
+    for f in layout(cls)[0]:
+        width = _FIXED_WIDTH.get(f.kafka_type or "")
+        if f.array:
+            steps.append((_ARRAY, f))
+        elif f.entity is not None:
+            steps.append((_STRUCT, f))
+        elif width is not None:
+            if steps and steps[-1][0] == _SKIP:
+                steps[-1] = (_SKIP, steps[-1][1] + width)
+            else:
+                steps.append((_SKIP, width))
+        else:
+            steps.append((_BLOB, 2 if f.kafka_type == "string" else 4))
+    return tuple(steps)
+
+
+def _uvarint() -> Generator[int, Any, int]:
+    value = shift = 0
+    while True:
+        byte = (yield 1)[0]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+        if shift > 28:
+            raise Malformed("unsigned varint longer than 5 bytes")
+
+
+def _length(flexible: bool, classic_width: int) -> Generator[int, Any, int]:
+    """A length or count: compact (uvarint of n+1) or classic (int16/int32); -1 is null."""
+    if flexible:
+        return (yield from _uvarint()) - 1
+    if classic_width == 2:
+        return int(INT16.unpack((yield 2))[0])
+    return int(INT32.unpack((yield 4))[0])
+
+
+def _blob(flexible: bool, classic_width: int) -> Walk:
+    length = yield from _length(flexible, classic_width)
+    if length < -1:
+        raise Malformed(f"negative length {length}")
+    if length > 0:
+        yield -length
+
+
+def tagged_section() -> Walk:
+    """Skip a tagged-field section: count, then tag, size and value of each."""
+    count = yield from _uvarint()
+    for _ in range(count):
+        yield from _uvarint()  # tag
+        size = yield from _uvarint()
+        if size:
+            yield -size
+
+
+def _entity(cls: type) -> Walk:
+    yield from fields(cls)
+    if cls.__flexible__:  # type: ignore[attr-defined]
+        yield from tagged_section()
+
+
+def fields(cls: type) -> Walk:
+    """Skip the non-tagged fields of ``cls``; stop where its tagged section starts."""
+    flexible: bool = cls.__flexible__  # type: ignore[attr-defined]
+    for kind, arg in _plan(cls):
+        if kind == _SKIP:
+            yield -arg
+        elif kind == _BLOB:
+            yield from _blob(flexible, arg)
+        elif kind == _ARRAY:
+            count = yield from _length(flexible, 4)
+            if count < -1:
+                raise Malformed(f"negative array length {count}")
+            if count <= 0:
+                continue
+            if arg.entity is not None:
+                for _ in range(count):
+                    yield from _entity(arg.entity)
+            elif arg.kafka_type in _FIXED_WIDTH:
+                yield -count * _FIXED_WIDTH[arg.kafka_type]
+            else:
+                width = 2 if arg.kafka_type == "string" else 4
+                for _ in range(count):
+                    yield from _blob(flexible, width)
+        else:  # _STRUCT
+            if arg.nullable and (yield 1)[0] == 0xFF:  # int8 -1: null struct (KIP-893)
+                continue
+            yield from _entity(arg.entity)
+
+
+def _response_schema(api_key: int, version: int) -> type:
+    schema: type = load_response_schema(api_key, version)
+    if not schema.__flexible__:  # type: ignore[attr-defined]
+        raise ValueError(f"response {api_key} v{version} is not flexible: it has no tags")
+    return schema
+
+
+def tags_offset(
+    api_key: int, version: int, body: bytes | bytearray | memoryview, start: int = 0
+) -> int:
+    """Where the top-level tagged section of the response body at ``start`` begins.
+
+    Raises ``Incomplete`` when the body ends before that.
+    """
+    walk = fields(_response_schema(api_key, version))
+    pos, end = start, len(body)
+    try:
+        step = next(walk)
+        while True:
+            if step > 0:
+                stop = pos + step
+                if stop > end:
+                    raise Incomplete
+                data, pos = body[pos:stop], stop
+                step = walk.send(data)
+            else:
+                pos -= step
+                if pos > end:
+                    raise Incomplete
+                step = walk.send(None)
+    except StopIteration:
+        return pos
+
+
+def _frame_walk(schema: type) -> Walk:
+    yield from tagged_section()  # response header v1, after the correlation id
+    yield from fields(schema)
+
+
+class TailFinder:
+    """Follows a flexible response streaming past until its top-level tagged section.
+
+    Fed the frame from just after its correlation id; ``feed`` consumes what lies before
+    the section and stops there, setting ``found``. Only the few bytes of a field split
+    across chunks are copied; record bytes are stepped over.
+    """
+
+    __slots__ = ("_partial", "_step", "_walk", "found")
+
+    def __init__(self, api_key: int, version: int) -> None:
+        self._walk = _frame_walk(_response_schema(api_key, version))
+        self._partial = bytearray()  # the start of a field split across chunks
+        self.found = False
+        self._step = next(self._walk)
+
+    def feed(self, mv: memoryview, pos: int, end: int) -> int:
+        """Consume ``mv[pos:end]`` up to the tagged section; return the position reached.
+
+        Raises ``Malformed`` when the bytes cannot be this response.
+        """
+        walk = self._walk
+        step = self._step
+        try:
+            while pos < end:
+                if step < 0:
+                    take = min(-step, end - pos)
+                    pos += take
+                    step += take
+                    if step:
+                        break
+                    step = walk.send(None)
+                elif self._partial:
+                    partial = self._partial
+                    take = min(step - len(partial), end - pos)
+                    partial += mv[pos : pos + take]
+                    pos += take
+                    if len(partial) < step:
+                        break
+                    data = bytes(partial)
+                    partial.clear()
+                    step = walk.send(data)
+                elif end - pos >= step:
+                    data = mv[pos : pos + step]
+                    pos += step
+                    step = walk.send(data)
+                else:
+                    self._partial += mv[pos:end]
+                    pos = end
+        except StopIteration:
+            self.found = True
+        self._step = step
+        return pos
