@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kio.static.primitive import i32
 
@@ -85,7 +85,7 @@ def rewrite_response(
         # are skipped, not copied) is much cheaper than decoding every batch.
         offset = top_level_tags_offset(api_key, api_version, body)
         tail = bytes(body[offset:])
-        new_tail = rewrite_tail(api_key, api_version, tail, book)
+        new_tail = rewrite_tail(api_key, api_version, tail, book).tail
         return body if new_tail is tail else bytes(body[:offset]) + new_tail
     known_only, unknown_tags = split_unknown_tags(api_key, api_version, body)
     message = decode_response(api_key, api_version, known_only)
@@ -98,9 +98,15 @@ def rewrite_response(
     return encoded
 
 
+class TailRewrite(NamedTuple):
+    tail: bytes
+    # NodeEndpoints had to be dropped to keep the length (clients refresh Metadata).
+    dropped_endpoints: bool = False
+
+
 def rewrite_tail(
     api_key: int, api_version: int, tail: bytes, book: AddressBook, *, keep_length: bool = False
-) -> bytes:
+) -> TailRewrite:
     """The top-level tagged section ``tail`` of a Produce/Fetch response, NodeEndpoints
     rewritten; ``tail`` itself when nothing changes.
 
@@ -112,24 +118,25 @@ def rewrite_tail(
         raise Malformed(f"{len(tail) - end} bytes after the tagged fields")
     raw = fields.get(NODE_ENDPOINTS_TAG)
     if raw is None:
-        return tail
+        return TailRewrite(tail)
     endpoints = decode_response_tag(api_key, api_version, NODE_ENDPOINTS_TAG, raw)
     rewritten = tuple(_rewrite(endpoint, book) for endpoint in endpoints)
     if all(new is old for new, old in zip(rewritten, endpoints, strict=True)):
-        return tail
+        return TailRewrite(tail)
     fields[NODE_ENDPOINTS_TAG] = encode_response_tag(
         api_key, api_version, NODE_ENDPOINTS_TAG, rewritten
     )
     new_tail = write_tagged_fields(fields)
     if not keep_length or len(new_tail) == len(tail):
-        return new_tail
+        return TailRewrite(new_tail)
     padded = _padded(fields, len(tail))
-    if padded is None:
-        del fields[NODE_ENDPOINTS_TAG]
-        padded = _padded(fields, len(tail))
+    if padded is not None:
+        return TailRewrite(padded)
+    del fields[NODE_ENDPOINTS_TAG]
+    padded = _padded(fields, len(tail))
     if padded is None:  # cannot happen: the dropped tag took at least 3 bytes
         raise Malformed("no padding fits the tagged section")
-    return padded
+    return TailRewrite(padded, dropped_endpoints=True)
 
 
 def _padded(fields: dict[int, bytes], length: int) -> bytes | None:

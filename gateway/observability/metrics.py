@@ -183,6 +183,14 @@ class Metrics:
             ["api"],
             registry=r,
         )
+        self.node_endpoints_dropped = Counter(
+            "kafka_gateway_node_endpoints_dropped_total",
+            "Streamed responses whose KIP-951 NodeEndpoints were left out because the "
+            "gateway addresses did not fit in the bytes already announced (clients then "
+            "refresh Metadata)",
+            ["api"],
+            registry=r,
+        )
         self.client_aborts = Counter(
             "kafka_gateway_client_aborts_total",
             "Client connections that closed in the middle of a request frame",

@@ -617,12 +617,16 @@ class ClientConnection(asyncio.Protocol):
     def _rewrite_tail(self, item: ResponseTail) -> bytes:
         entry = item.request
         try:
-            return rewrite_tail(
+            result = rewrite_tail(
                 entry.api_key, entry.api_version, item.tail, self.gateway.router, keep_length=True
             )
         except Exception as exc:  # as in _rewrite: the client still gets its response
             self._rewrite_failed(entry, repr(exc))
             return item.tail
+        if result.dropped_endpoints:
+            # Not logged: one leader change can touch every fetch of every client.
+            self.gateway.metrics.node_endpoints_dropped.labels(api_name(entry.api_key)).inc()
+        return result.tail
 
     def _rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
         name = api_name(entry.api_key)

@@ -20,6 +20,7 @@ import datetime
 import socket
 import struct
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,7 @@ from kio.schema.fetch.v16.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.fetch.v16.response import NodeEndpoint
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i32
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.interceptors._tagged import strip_unknown_tags
 from tests.harness import TANSU_NODE_ID, Broker, GatewayProcess, KafkaConnection
@@ -132,7 +134,7 @@ def tapped(
         pytest.skip("the tap injects what Tansu leaves out; an external broker is not Tansu")
     tap = NodeEndpointsTap((broker.host, broker.port), request.param)
     try:
-        yield tap, gateway_factory(upstream=f"127.0.0.1:{tap.port}")
+        yield tap, gateway_factory(upstream=f"127.0.0.1:{tap.port}", metrics=True)
     finally:
         tap.close()
 
@@ -221,6 +223,7 @@ def test_streamed_fetch_pads_a_shorter_node_endpoints(
     ]
     assert PAD_TAG in tags  # same length as the broker's section: padded
     assert LONG_HOST.encode() not in frame
+    assert _dropped_counter(gateway) == 0
     with KafkaConnection(broker.host, broker.port) as direct:
         _, from_broker, _ = _fetch(direct, topic_id)
     assert _records(response) == _records(from_broker)
@@ -239,6 +242,18 @@ def test_streamed_fetch_drops_a_node_endpoints_that_would_grow(
     assert len(frame) >= STREAM_FROM and tap.injected >= 1
     assert response.node_endpoints == ()
     assert 0 not in tags and PAD_TAG in tags
+    assert _dropped_counter(gateway) >= 1
+
+
+def _dropped_counter(gateway: GatewayProcess) -> float:
+    text = urllib.request.urlopen(gateway.metrics_url, timeout=5).read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "kafka_gateway_node_endpoints_dropped"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels == {"api": "Fetch"}
+    )
 
 
 @pytest.mark.parametrize("tapped", [SHORT_HOST], indirect=True)

@@ -43,6 +43,7 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_upstream_connect_errors": ("counter", ["upstream"]),
     "kafka_gateway_dropped_responses": ("counter", []),
     "kafka_gateway_rewrite_errors": ("counter", ["api"]),
+    "kafka_gateway_node_endpoints_dropped": ("counter", ["api"]),
     "kafka_gateway_client_aborts": ("counter", []),
     "kafka_gateway_feature_finalized_level": ("gauge", ["feature"]),
     "kafka_gateway_feature_finalized_epoch": ("gauge", []),

@@ -51,6 +51,7 @@ METRICS = frozenset(
         "kafka_gateway_upstream_connect_errors_total",
         "kafka_gateway_dropped_responses_total",
         "kafka_gateway_rewrite_errors_total",
+        "kafka_gateway_node_endpoints_dropped_total",
         "kafka_gateway_client_aborts_total",
         "kafka_gateway_feature_finalized_level",
         "kafka_gateway_feature_finalized_epoch",

@@ -314,8 +314,8 @@ def _endpoints_of(version: int, body: bytes, tail: bytes) -> Any:
 @pytest.mark.parametrize("version", [16, 17])
 def test_a_shorter_rewrite_is_padded_to_the_same_length(version: int) -> None:
     body, tail = _tail(version, ENDPOINTS)
-    out = rewrite_tail(FETCH, version, tail, Book(4), keep_length=True)
-    assert len(out) == len(tail)
+    out, dropped = rewrite_tail(FETCH, version, tail, Book(4), keep_length=True)
+    assert len(out) == len(tail) and not dropped
     fields, _ = read_tagged_fields(out, 0)
     assert PAD_TAGS[0] in fields
     assert [(e.node_id, e.host, e.port, e.rack) for e in _endpoints_of(version, body, out)] == [
@@ -326,35 +326,36 @@ def test_a_shorter_rewrite_is_padded_to_the_same_length(version: int) -> None:
 
 def test_a_rewrite_of_the_same_length_needs_no_padding() -> None:
     _, tail = _tail(17, ENDPOINTS)
-    out = rewrite_tail(FETCH, 17, tail, Book(len("broker-1.internal")), keep_length=True)
-    assert len(out) == len(tail) and set(read_tagged_fields(out, 0)[0]) == {0}
+    out, dropped = rewrite_tail(FETCH, 17, tail, Book(len("broker-1.internal")), keep_length=True)
+    assert not dropped and len(out) == len(tail) and set(read_tagged_fields(out, 0)[0]) == {0}
 
 
 def test_a_longer_rewrite_drops_node_endpoints_rather_than_leak_broker_addresses() -> None:
     body, tail = _tail(17, ENDPOINTS)
-    out = rewrite_tail(FETCH, 17, tail, Book(40), keep_length=True)
-    assert len(out) == len(tail)
+    out, dropped = rewrite_tail(FETCH, 17, tail, Book(40), keep_length=True)
+    assert dropped and len(out) == len(tail)
     assert b"broker-" not in out
     assert 0 not in read_tagged_fields(out, 0)[0]
     assert _endpoints_of(17, body, out) == ()
     # Without the length constraint (a gathered response) nothing is lost.
-    free = rewrite_tail(FETCH, 17, tail, Book(40))
+    free, dropped = rewrite_tail(FETCH, 17, tail, Book(40))
+    assert not dropped
     assert [e.host for e in _endpoints_of(17, body, free)] == ["g" * 40, "g" * 40]
 
 
 def test_other_tags_survive_the_same_length_rewrite() -> None:
     _, tail = _tail(17, ENDPOINTS, extra={5: b"future"})
     for host_len in (1, 17, 60):
-        out = rewrite_tail(FETCH, 17, tail, Book(host_len), keep_length=True)
+        out = rewrite_tail(FETCH, 17, tail, Book(host_len), keep_length=True).tail
         assert len(out) == len(tail)
         assert read_tagged_fields(out, 0)[0][5] == b"future"
 
 
 def test_tails_without_endpoints_to_change_come_back_as_they_are() -> None:
     _, empty = _tail(17, [])
-    assert rewrite_tail(FETCH, 17, empty, Book(), keep_length=True) is empty
+    assert rewrite_tail(FETCH, 17, empty, Book(), keep_length=True).tail is empty
     plain = tagged_section()
-    assert rewrite_tail(FETCH, 17, plain, Book(), keep_length=True) is plain
+    assert rewrite_tail(FETCH, 17, plain, Book(), keep_length=True).tail is plain
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])
@@ -364,8 +365,15 @@ def test_every_host_length_fits_exactly(count: int) -> None:
         endpoints = [{"node_id": n, "host": "b" * old_len, "port": 9092 + n} for n in range(count)]
         _, tail = _tail(17, endpoints)
         for new_len in range(1, 200):
-            out = rewrite_tail(FETCH, 17, tail, Book(new_len), keep_length=True)
+            out, dropped = rewrite_tail(FETCH, 17, tail, Book(new_len), keep_length=True)
             assert len(out) == len(tail), (old_len, new_len)
+            # A pad costs at least 3 bytes (2-byte tag, size): a section that shrank
+            # by less cannot be filled, and one that grew cannot fit; both drop.
+            shrink = count * (old_len - new_len)
+            if new_len > old_len:
+                assert dropped, (old_len, new_len)
+            elif shrink == 0 or shrink >= 3 + 2:  # + slack for varint width changes
+                assert not dropped, (old_len, new_len)
             fields, end = read_tagged_fields(out, 0)
             assert end == len(out)
             assert b"b" * old_len not in fields.get(0, b""), (old_len, new_len)
