@@ -139,9 +139,14 @@ def test_produce_above_advertised_max_gets_per_partition_errors_in_requested_sch
     if advertised[0] != 11:
         pytest.skip(f"written for an upstream whose Produce max is 11, got {advertised[0]}")
     request = ProduceV12(
-        transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=1),
-        topic_data=(TopicProduceData(name="any", partition_data=(
-            PartitionProduceData(index=i32(0), records=None),)),),
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=1),
+        topic_data=(
+            TopicProduceData(
+                name="any", partition_data=(PartitionProduceData(index=i32(0), records=None),)
+            ),
+        ),
     )
     message = decode(ProduceResponseV12, conn.request(0, 12, request).body)
     errors = [p.error_code for t in message.responses for p in t.partition_responses]
@@ -172,8 +177,10 @@ def test_describe_cluster_lists_gateway_addresses(gateway_factory, synthesize):
         1,
         DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=i8(1)),
     )
-    message = decode(DescribeClusterResponse, strip_software_per_broker(
-        1, strip_unknown_tags(60, 1, response.body)))
+    message = decode(
+        DescribeClusterResponse,
+        strip_software_per_broker(1, strip_unknown_tags(60, 1, response.body)),
+    )
     assert message.error_code == 0
     assert [(b.host, b.port) for b in message.brokers] == [("127.0.0.1", gw.port)]
     assert message.cluster_id
@@ -206,12 +213,27 @@ def test_featurectl_brokers_reads_broker_software_from_gateways(gateway_factory,
     import subprocess
     import sys
 
-    gw = gateway_factory("--config", _config(gateway_factory, broker_software_name="Tansu",
-                                             broker_software_version="0.6.0"))
+    gw = gateway_factory(
+        "--config",
+        _config(gateway_factory, broker_software_name="Tansu", broker_software_version="0.6.0"),
+    )
     out = subprocess.run(
-        [sys.executable, "-m", "featurectl.cli", "brokers", "--output", "json",
-         "--bootstrap", f"127.0.0.1:{gw.port}", "--bootstrap", broker.bootstrap],
-        capture_output=True, text=True, timeout=30, check=True,
+        [
+            sys.executable,
+            "-m",
+            "featurectl.cli",
+            "brokers",
+            "--output",
+            "json",
+            "--bootstrap",
+            f"127.0.0.1:{gw.port}",
+            "--bootstrap",
+            broker.bootstrap,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     rows = {r["address"]: (r["name"], r["version"]) for r in json.loads(out.stdout)}
     assert rows[f"127.0.0.1:{gw.port}"] == ("Tansu", "0.6.0")
@@ -226,8 +248,9 @@ def test_registry_records_real_clients_software(gateway):
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{gateway.port}"})
     admin.list_topics(timeout=15)
-    legacy = kafka.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{gateway.port}",
-                                    request_timeout_ms=10000)
+    legacy = kafka.KafkaAdminClient(
+        bootstrap_servers=f"127.0.0.1:{gateway.port}", request_timeout_ms=10000
+    )
     legacy.list_topics()
     legacy.close()
     librdkafka = confluent_kafka.libversion()[0]

@@ -39,8 +39,9 @@ def test_cluster_mode_opens_a_listener_per_broker_and_clients_use_it(
     for i in range(5):
         producer.produce(topic, b"v%d" % i)
     assert producer.flush(15) == 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[bytes] = []
     deadline = time.monotonic() + 20
@@ -52,6 +53,9 @@ def test_cluster_mode_opens_a_listener_per_broker_and_clients_use_it(
     assert got == [b"v%d" % i for i in range(5)]
     # The data path went through the per-broker listener, not only the bootstrap one.
     metrics = urllib.request.urlopen(gw.metrics_url, timeout=5).read().decode()
-    line = next(x for x in metrics.splitlines()
-                if x.startswith('kafka_gateway_connections_total{listener="broker-111"}'))
+    line = next(
+        x
+        for x in metrics.splitlines()
+        if x.startswith('kafka_gateway_connections_total{listener="broker-111"}')
+    )
     assert float(line.split()[-1]) >= 1
