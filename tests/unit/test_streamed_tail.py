@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.addresses import PAD_TAGS, rewrite_tail
 from gateway.protocol import (
+    Incomplete,
     InFlight,
     Malformed,
     ResponseFrame,
@@ -112,9 +113,8 @@ def test_tags_offset_needs_the_whole_non_tagged_part() -> None:
     body = encode(fetch_body(17, ENDPOINTS))
     offset = tags_offset(FETCH, 17, body)
     for cut in range(offset):
-        with pytest.raises(Exception) as info:
+        with pytest.raises(Incomplete):
             tags_offset(FETCH, 17, body[:cut])
-        assert info.type.__name__ == "Incomplete", cut
 
 
 def _find(pieces: list[bytes], version: int) -> tuple[int, bool]:
