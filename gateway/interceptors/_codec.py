@@ -38,9 +38,14 @@ def _request_codec(api_key: int, version: int) -> tuple[Any, Any]:
     return entity_reader(schema), entity_writer(schema)
 
 
-def decode_response(api_key: int, version: int, body: bytes | memoryview) -> Any:
+def decode_response(
+    api_key: int, version: int, body: bytes | memoryview, *, exact: bool = False
+) -> Any:
+    """kio's decode of a response body; with ``exact``, bytes left over are an error."""
     reader, _ = _response_codec(api_key, version)
-    entity, _size = reader(body, 0)
+    entity, size = reader(body, 0)
+    if exact and size != len(body):
+        raise ValueError(f"response {api_key} v{version}: {len(body) - size} bytes after its end")
     return entity
 
 

