@@ -10,8 +10,8 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
-from kio.serial.readers import compact_array_reader
-from kio.serial.writers import compact_array_writer
+from kio.serial.readers import compact_array_reader, legacy_array_reader
+from kio.serial.writers import compact_array_writer, legacy_array_writer
 
 from ..protocol._walk import unwrap_optional
 
@@ -22,6 +22,8 @@ __all__ = [
     "encode_request",
     "encode_response",
     "encode_response_tag",
+    "readonly",
+    "response_array_codec",
     "unwrap_optional",
 ]
 
@@ -38,12 +40,18 @@ def _request_codec(api_key: int, version: int) -> tuple[Any, Any]:
     return entity_reader(schema), entity_writer(schema)
 
 
+def readonly(buf: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """``buf`` as kio's native readers take it: they refuse writable buffers (a frame
+    gathered into a bytearray), and a read-only view costs no copy."""
+    return buf if isinstance(buf, bytes) else memoryview(buf).toreadonly()
+
+
 def decode_response(
     api_key: int, version: int, body: bytes | memoryview, *, exact: bool = False
 ) -> Any:
     """kio's decode of a response body; with ``exact``, bytes left over are an error."""
     reader, _ = _response_codec(api_key, version)
-    entity, size = reader(body, 0)
+    entity, size = reader(readonly(body), 0)
     if exact and size != len(body):
         raise ValueError(f"response {api_key} v{version}: {len(body) - size} bytes after its end")
     return entity
@@ -69,23 +77,37 @@ def encode_request(entity: Any) -> bytes:
     return buf.getvalue()
 
 
+def _array_codec(schema: type, field: dataclasses.Field[Any]) -> tuple[Any, Any]:
+    """kio reader and writer of an array-of-structs field (tagged ones are compact)."""
+    hint = typing.get_type_hints(schema)[field.name]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is not tuple or not dataclasses.is_dataclass(args[0]):
+        raise TypeError(f"{schema.__name__}.{field.name} is not an array of structs")
+    item: Any = args[0]
+    if schema.__flexible__:  # type: ignore[attr-defined]
+        return compact_array_reader(entity_reader(item)), compact_array_writer(entity_writer(item))
+    return legacy_array_reader(entity_reader(item)), legacy_array_writer(entity_writer(item))
+
+
 @cache
 def _tag_codec(api_key: int, version: int, tag: int) -> tuple[Any, Any]:
     """kio reader and writer of the value of a top-level tagged field of a response."""
     schema = load_response_schema(api_key, version)
-    hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
         if f.metadata.get("tag") == tag:
-            hint = hints[f.name]
-            args = typing.get_args(hint)
-            if typing.get_origin(hint) is not tuple or not dataclasses.is_dataclass(args[0]):
-                raise TypeError(f"tag {tag} of {schema.__name__} is not an array of structs")
-            item: Any = args[0]
-            return (
-                compact_array_reader(entity_reader(item)),
-                compact_array_writer(entity_writer(item)),
-            )
+            return _array_codec(schema, f)
     raise KeyError(f"response {api_key} v{version} has no tag {tag}")
+
+
+@cache
+def response_array_codec(api_key: int, version: int, name: str) -> tuple[Any, Any]:
+    """kio (reader, writer) of the top-level array-of-structs field ``name`` of a
+    response. The reader returns (items, bytes read); the writer takes (buffer, items)."""
+    schema = load_response_schema(api_key, version)
+    for f in dataclasses.fields(schema):
+        if f.name == name and "tag" not in f.metadata:
+            return _array_codec(schema, f)
+    raise KeyError(f"response {api_key} v{version} has no field {name}")
 
 
 def decode_response_tag(api_key: int, version: int, tag: int, raw: bytes) -> tuple[Any, ...]:

@@ -20,10 +20,12 @@ which comes back through the gateway and is rewritten.
 from __future__ import annotations
 
 import dataclasses
+import io
 import typing
 from functools import cache
 from typing import Any, NamedTuple, Protocol
 
+from kio.index import load_response_schema
 from kio.static.primitive import i32
 
 from ..protocol import (
@@ -36,7 +38,14 @@ from ..protocol import (
     read_tagged_fields,
     write_tagged_fields,
 )
-from ._codec import decode_response_tag, encode_response, encode_response_tag
+from ..protocol._walk import field_offset
+from ._codec import (
+    decode_response_tag,
+    encode_response,
+    encode_response_tag,
+    readonly,
+    response_array_codec,
+)
 from ._tagged import decode_with_unknown_tags, splice_tagged_fields, top_level_tags_offset
 
 SHARE_FETCH = 78
@@ -87,6 +96,9 @@ def rewrite_response(
         tail = bytes(body[offset:])
         new_tail = rewrite_tail(api_key, api_version, tail, book).tail
         return body if new_tail is tail else bytes(body[:offset]) + new_tail
+    field = _endpoint_array(api_key, api_version)
+    if field is not None:
+        return _rewrite_array(api_key, api_version, field, body, book)
     message, unknown_tags = decode_with_unknown_tags(api_key, api_version, body)
     rewritten = _rewrite(message, book)
     if rewritten is message:
@@ -95,6 +107,36 @@ def rewrite_response(
     if unknown_tags:  # tags kio does not know still reach the client
         encoded = splice_tagged_fields(api_key, api_version, encoded, unknown_tags)
     return encoded
+
+
+@cache
+def _endpoint_array(api_key: int, api_version: int) -> str | None:
+    """The one non-tagged top-level array that holds every endpoint of this response,
+    if there is such an array (Metadata brokers, FindCoordinator v4+ coordinators,
+    DescribeCluster brokers); else None."""
+    schema = load_response_schema(api_key, api_version)
+    holders = _endpoint_tuple_fields(schema)
+    if _endpoint_node_field(schema) is not None or len(holders) != 1:
+        return None
+    field = next(f for f in dataclasses.fields(schema) if f.name == holders[0])
+    return None if "tag" in field.metadata else field.name
+
+
+def _rewrite_array(
+    api_key: int, api_version: int, name: str, body: bytes | memoryview, book: AddressBook
+) -> bytes | memoryview:
+    """Rewrite only the array ``name``: the rest of the body (a large cluster's topics and
+    partitions in a Metadata response) is neither decoded nor re-encoded, only walked up
+    to the array, and it is kept byte for byte."""
+    start = field_offset(load_response_schema(api_key, api_version), name, body)
+    read, write = response_array_codec(api_key, api_version, name)
+    items, size = read(readonly(body), start)
+    rewritten = tuple(_rewrite(item, book) for item in items or ())
+    if all(new is old for new, old in zip(rewritten, items or (), strict=True)):
+        return body
+    buf = io.BytesIO()
+    write(buf, rewritten)
+    return bytes(body[:start]) + buf.getvalue() + bytes(body[start + size :])
 
 
 class TailRewrite(NamedTuple):

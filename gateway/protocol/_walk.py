@@ -164,10 +164,13 @@ def _entity(cls: type) -> Walk:
         yield from tagged_section()
 
 
-def fields(cls: type) -> Walk:
-    """Skip the non-tagged fields of ``cls``; stop where its tagged section starts."""
+def fields(cls: type, stop_before: str | None = None) -> Walk:
+    """Skip the non-tagged fields of ``cls``; stop where its tagged section starts, or
+    where the array or struct field ``stop_before`` starts."""
     flexible: bool = cls.__flexible__  # type: ignore[attr-defined]
     for kind, arg in _plan(cls):
+        if kind in (_ARRAY, _STRUCT) and arg.name == stop_before:
+            return
         if kind == _SKIP:
             yield -arg
         elif kind == _BLOB:
@@ -207,7 +210,18 @@ def tags_offset(
 
     Raises ``Incomplete`` when the body ends before that.
     """
-    walk = fields(_response_schema(api_key, version))
+    return _run(fields(_response_schema(api_key, version)), body, start)
+
+
+def field_offset(cls: type, name: str, body: bytes | bytearray | memoryview) -> int:
+    """Where the top-level array or struct field ``name`` of the ``cls`` body starts."""
+    if not any(f.name == name and (f.array or f.entity) for f in layout(cls)[0]):
+        raise ValueError(f"{cls.__name__} has no array or struct field {name!r}")
+    return _run(fields(cls, stop_before=name), body, 0)
+
+
+def _run(walk: Walk, body: bytes | bytearray | memoryview, start: int) -> int:
+    """Drive ``walk`` over a body held whole; return where it stopped."""
     pos, end = start, len(body)
     try:
         step = next(walk)

@@ -400,20 +400,44 @@ def test_response_with_an_unknown_tagged_field_is_rewritten_and_keeps_the_tag() 
     ]
 
 
-def test_a_body_with_bytes_after_its_end_is_refused_not_cut_short() -> None:
-    # Re-encoding what kio decoded would silently drop the extra bytes; the gateway
-    # forwards such a response untouched instead (its caller counts a rewrite error).
-    body = encode(metadata(12))
+def test_only_the_array_that_holds_the_endpoints_is_rewritten() -> None:
+    # Metadata: the brokers are re-encoded, the topics after them are kept byte for byte
+    # (never decoded), even bytes a decoder would not expect.
+    original = metadata(12)
+    body = encode(original)
+    out = rewrite_response(3, 12, body + b"junk", FakeBook())
+    assert out.endswith(b"junk")
+    decoded = decode(type(original), out[:-4])
+    assert [b.host for b in decoded.brokers] == ["gw-0.example", "gw-1.example", "gw-7.example"]
+    assert decoded.topics == original.topics
+
+
+def test_a_decoded_body_with_bytes_after_its_end_is_refused_not_cut_short() -> None:
+    # FindCoordinator v3 has its endpoint at the top level, so the whole body is decoded;
+    # re-encoding it would silently drop the extra bytes, so the gateway refuses it and
+    # its caller forwards the response untouched (counting a rewrite error).
+    body = encode(build(response_cls("find_coordinator", 3), node_id=3, host="b3", port=9094))
     for extra in (b"\x00", b"junk"):
         with pytest.raises(ValueError, match="after its end"):
-            rewrite_response(3, 12, body + extra, FakeBook())
+            rewrite_response(10, 3, body + extra, FakeBook())
 
 
-def test_rewrite_accepts_a_memoryview_body() -> None:
-    original = metadata(9)
-    body = encode(original)
-    out = rewrite_response(3, 9, memoryview(body), FakeBook())
-    assert decode(type(original), out).brokers[0].host == "gw-0.example"
+@pytest.mark.parametrize("wrap", [memoryview, lambda b: memoryview(bytearray(b))])
+@pytest.mark.parametrize(
+    ("key", "version", "make"),
+    [
+        (3, 9, lambda: metadata(9)),
+        (10, 3, lambda: build(response_cls("find_coordinator", 3), node_id=3, host="b", port=1)),
+        (1, 16, lambda: fetch_response("fetch", 16, ENDPOINTS)),
+    ],
+    ids=["array", "whole", "tail"],
+)
+def test_rewrite_accepts_a_memoryview_body(key: int, version: int, make: Any, wrap: Any) -> None:
+    # The proxy hands over a view of the frame it gathered into a bytearray (writable),
+    # which kio's native readers refuse unless given a read-only view.
+    original = make()
+    out = rewrite_response(key, version, wrap(encode(original)), FakeBook())
+    assert b"gw-" in bytes(out)
 
 
 # -- which responses are rewritten -----------------------------------------------------
