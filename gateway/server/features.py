@@ -82,6 +82,9 @@ class FeatureGate:
         self._last_confirmed = time.monotonic()
         self._session_lost = False
         self._registered = False
+        # A registration failed on a dropped connection: try again on the next CONNECTED,
+        # which may resume the same session (nothing else would trigger it).
+        self._register_on_reconnect = False
         self._available: dict[str, dict[int, VersionRange]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         metrics.zookeeper_staleness.set_function(self.staleness_s)
@@ -202,8 +205,12 @@ class FeatureGate:
                 # A new session: our ephemeral registration is gone and the watch may have
                 # missed changes; register again and re-read.
                 self._session_lost = False
+                self._register_on_reconnect = False
                 self._schedule_register()
                 self._schedule_reread()
+            elif self._register_on_reconnect:
+                self._register_on_reconnect = False
+                self._schedule_register()
         else:
             self._set_connected(False)
             if state == KazooState.LOST:
@@ -359,6 +366,7 @@ class FeatureGate:
             return
         except KazooException as exc:
             log.warning("features.register_failed", error=repr(exc), retry="on reconnect")
+            self._register_on_reconnect = True
             return
         self._registered = True
         log.info(

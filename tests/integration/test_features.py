@@ -8,6 +8,7 @@ gateway "b" only level 1 (an older gateway build).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import struct
@@ -266,6 +267,91 @@ def test_levels_beyond_support_at_run_time_make_the_gateway_unhealthy_until_fixe
     store.write({FEATURE: 1}, epoch)
     wait_for(lambda: http_status(b, "/healthz") == 200, what="healthy again")
     wait_for(lambda: features_of(b)[0].finalized == {FEATURE: (1, 1)}, what="accepting again")
+
+
+def test_a_registration_lost_with_its_connection_is_retried_when_the_session_resumes(
+    zookeeper: ZooKeeperProcess, store: FeatureStore, tmp_path: Path
+) -> None:
+    """The gateway registers once it knows its support; if ZooKeeper drops during that
+    call, the registration must follow on reconnect even though the session survives
+    (only a new session used to trigger it). Seen in CI: ZooKeeper stopped between a
+    gateway's start and its registration, and the gateway never registered.
+
+    In process, to hit that window on purpose: the first ``register`` raises
+    ConnectionLoss (fault injection; the real race is a few milliseconds wide). The
+    outage and the reconnect that follow are real.
+    """
+    from kazoo.exceptions import ConnectionLoss
+
+    from gateway.config import load_config
+    from gateway.features.znode import Registration
+    from gateway.observability.metrics import Metrics
+    from gateway.server.features import FeatureGate
+
+    config = load_config(
+        overrides={
+            "listen": "127.0.0.1:1",
+            "upstream": "127.0.0.1:2",
+            "zookeeper": zookeeper.connect_string,
+            "zookeeper_chroot": CHROOT,
+            # Long enough that the session outlives the ZooKeeper restart below.
+            "zookeeper_timeout_s": 30.0,
+            "features_catalogue": catalogue(tmp_path, "a", CATALOGUE_A),
+        }
+    )
+
+    async def scenario() -> None:
+        gate: FeatureGate
+
+        def registration() -> Registration:
+            return Registration("gw-r", "127.0.0.1:1", "127.0.0.1:2", gate.supported or {})
+
+        gate = FeatureGate(config, Metrics(), lambda: None, registration)
+        await gate.start()
+        assert gate._store is not None and gate._client is not None
+        real_register = gate._store.register
+        calls: list[Registration] = []
+
+        def flaky(reg: Registration) -> None:
+            calls.append(reg)
+            if len(calls) == 1:
+                raise ConnectionLoss()
+            real_register(reg)
+
+        gate._store.register = flaky  # type: ignore[method-assign]
+        session = gate._client.client_id
+        try:
+            # Learning the upstream's versions is what makes the gateway register.
+            gate.set_available("127.0.0.1:2", {3: (0, 12), 18: (0, 3), 60: (0, 1)})
+            await _until(lambda: len(calls) == 1, "the failed registration")
+            assert store.registrations() == []
+
+            zookeeper.stop()
+            await _until(lambda: not gate._connected, "disconnect seen")
+            zookeeper.start()
+            await _until(
+                lambda: [r.gateway_id for r in store.registrations()] == ["gw-r"],
+                "registration after reconnect",
+                timeout=30,
+            )
+            assert gate._client.client_id == session  # resumed, not a new session
+            assert len(calls) == 2
+        finally:
+            await gate.stop()
+
+    asyncio.run(scenario())
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if await asyncio.get_running_loop().run_in_executor(None, check):
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_zookeeper_outage_keeps_serving_the_last_levels_and_the_gateway_registers_again(
