@@ -38,7 +38,7 @@ from ..protocol import (
     read_tagged_fields,
     write_tagged_fields,
 )
-from ..protocol._walk import field_offset
+from ..protocol._walk import field_offset, tags_offset
 from ._codec import (
     decode_response_tag,
     encode_response,
@@ -46,7 +46,7 @@ from ._codec import (
     readonly,
     response_array_codec,
 )
-from ._tagged import decode_with_unknown_tags, splice_tagged_fields, top_level_tags_offset
+from ._tagged import decode_with_unknown_tags, splice_tagged_fields
 
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
@@ -92,7 +92,8 @@ def rewrite_response(
     if api_key in (PRODUCE, FETCH):
         # Their broker addresses are only in the tagged section: walking to it (records
         # are skipped, not copied) is much cheaper than decoding every batch.
-        offset = top_level_tags_offset(api_key, api_version, body)
+        # rewrite_tail checks that what follows is exactly one tagged section.
+        offset = tags_offset(api_key, api_version, body)
         tail = bytes(body[offset:])
         new_tail = rewrite_tail(api_key, api_version, tail, book).tail
         return body if new_tail is tail else bytes(body[:offset]) + new_tail

@@ -185,18 +185,11 @@ def _fetch(conn: KafkaConnection, topic_id: uuid.UUID) -> tuple[bytes, Any, dict
     body = response.body
     schema = load_response_schema(FETCH, FETCH_VERSION)
     decoded = decode(schema, strip_unknown_tags(FETCH, FETCH_VERSION, body))
-    tail_start = len(body) - _tail_length(body)
-    tags, _ = read_tagged_fields(body, tail_start)
+    # The top-level tagged section follows the non-tagged part, which re-encoding the
+    # response without tags measures (the encoding ends in one byte: no tags).
+    bare = encode(dataclasses.replace(decoded, node_endpoints=()))
+    tags, _ = read_tagged_fields(body, len(bare) - 1)
     return response.frame, decoded, tags
-
-
-def _tail_length(body: bytes) -> int:
-    # The top-level tagged section is what follows the kio-encoded non-tagged part;
-    # re-encoding the decoded response without tags measures that part.
-    schema = load_response_schema(FETCH, FETCH_VERSION)
-    stripped = decode(schema, strip_unknown_tags(FETCH, FETCH_VERSION, body))
-    bare = encode(dataclasses.replace(stripped, node_endpoints=()))
-    return len(body) - (len(bare) - 1)
 
 
 def _records(response: Any) -> list[bytes | None]:
