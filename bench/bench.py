@@ -45,6 +45,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from gateway.protocol._wire import read_uvarint, skip_tagged_fields
+from gateway.server.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -541,12 +542,6 @@ def measure_bulk(
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +29,28 @@ class EmbeddedError(RuntimeError):
     pass
 
 
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """Return a TCP port on *host* that was free a moment ago (bind to port 0, then close)
+    and that this process has not handed out before.
+
+    Closing the probe socket leaves a window in which another process could take the
+    port; for loopback ports that risk is accepted (ZooKeeper and Tansu cannot be handed
+    a listening socket). But the kernel may also give the same ephemeral port to two
+    binds in a row, so two callers asking back to back (a listener and its metrics port)
+    could get one port; remembering what was handed out rules that out.
+    """
+    while True:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        with _handed_out_lock:
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 def wait_for_port(

@@ -1,10 +1,8 @@
 """Loopback port helpers.
 
 Every part a test starts listens on a port the kernel picked, so several test runs (or
-a developer's own Kafka on 9092) never collide. Picking a port by binding to port 0 and
-closing the socket leaves a tiny window in which another process could take it; for
-loopback test ports on one machine that risk is accepted (the alternative, passing
-listening sockets to children, is not supported by ZooKeeper, Tansu or the gateway).
+a developer's own Kafka on 9092) never collide. ``free_port`` is the gateway's own
+(``gateway.server.embedded``): it never hands out one port twice in a process.
 """
 
 from __future__ import annotations
@@ -12,15 +10,11 @@ from __future__ import annotations
 import socket
 import time
 
+from gateway.server.embedded import free_port
+
+__all__ = ["LOOPBACK", "free_port", "parse_host_port", "port_accepts", "wait_port_closed"]
+
 LOOPBACK = "127.0.0.1"
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """Return a TCP port on *host* that was free a moment ago (bind to port 0, then close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def parse_host_port(value: str) -> tuple[str, int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from featurectl.collect import (
 )
 from featurectl.plan.layout import SCRAPES, decode_name, round_time_ms
 from gateway.features.znode import Registration
+from tests.harness import free_port
 
 TRAFFIC_LABELS = [
     "listener",
@@ -39,12 +39,6 @@ TRAFFIC_LABELS = [
     "client_software_name",
     "client_software_version",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def closed_url() -> str:
