@@ -367,6 +367,37 @@ class RequestReader(_Reader):
         # (see gateway.protocol._sasl); the I/O layer then calls ``resume()``.
         self.held = False
 
+    def feed(self, data: bytes) -> list[Item]:
+        # Fast path for the commonest chunk: one whole request that passes through,
+        # starting at a frame boundary (what a client waiting for each answer sends).
+        # Between two socket reads the CPU caches are cold, and the general state
+        # machine's calls and memoryviews then cost more than the work itself: on a
+        # small-request round trip this path saves about a third of the reader's time.
+        n = len(data)
+        if (
+            n >= 12
+            and not self._pass
+            and not self._head
+            and self._gather is None
+            and not self._failed
+            and not self._inflight.sasl.state
+        ):
+            size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(data)
+            if (
+                size + 4 == n
+                and 8 <= size <= self._max
+                and key != PRODUCE  # acks=0 needs a look at the body
+                and key != SASL_HANDSHAKE
+                and (self._intercept is None or not self._intercept(key, version))
+            ):
+                self.frames += 1
+                inflight = self._inflight
+                requests = inflight.stats.requests
+                requests[(key, version)] = requests.get((key, version), 0) + 1
+                inflight.add(key, version, correlation_id).request_bytes = n
+                return [data]
+        return super().feed(data)
+
     def resume(self) -> list[Item]:
         """Take up held client bytes again, once the broker's side of the SASL exchange
         moved on (they may be held again if it is still not the client's turn)."""
@@ -465,7 +496,9 @@ class RequestReader(_Reader):
                 break
             pos = end
         if span < pos:
-            out.append(mv[span:pos])
+            # A chunk of whole frames goes out as the bytes object it came in: a
+            # transport writes bytes without wrapping them in a view of its own.
+            out.append(data if span == 0 and pos == n else mv[span:pos])
         if pos < n:
             self._head = bytes(mv[pos:])
         return n
@@ -547,6 +580,32 @@ class ResponseReader(_Reader):
         self._walk_left = 0  # bytes of the streamed frame after what was walked
         self._tail = False  # the gather in progress is a streamed frame's tagged section
 
+    def feed(self, data: bytes) -> list[Item]:
+        # Fast path for the commonest chunk: one whole response that passes through,
+        # starting at a frame boundary, with no local response waiting behind it (see
+        # RequestReader.feed for why).
+        n = len(data)
+        inflight = self._inflight
+        if (
+            n >= 8
+            and not self._pass
+            and not self._head
+            and not self._drop
+            and self._gather is None
+            and self._walk is None
+            and not self._failed
+            and not inflight.sasl.state
+            and not inflight.has_local_pending
+        ):
+            size, correlation_id = _SIZE_CORRELATION.unpack_from(data)
+            if size + 4 == n and 4 <= size <= self._max:
+                entry = inflight.match_upstream(correlation_id)
+                if entry is not None and (self._intercept is None or not self._intercept(entry)):
+                    entry.response_bytes = n
+                    inflight.finish(entry)  # nothing local waits: it returns []
+                    return [data]
+        return super().feed(data)
+
     def _frame_done(self, out: list[Item]) -> None:
         entry, self._current = self._current, None
         if entry is not None:
@@ -615,7 +674,7 @@ class ResponseReader(_Reader):
                 span = pos
                 out.extend(ready)
         if span < pos:
-            out.append(mv[span:pos])
+            out.append(data if span == 0 and pos == n else mv[span:pos])  # as for requests
         if pos < n:
             self._head = bytes(mv[pos:])
         return n

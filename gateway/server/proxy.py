@@ -82,6 +82,10 @@ def misreads_tagged_fields(name: str, version: str) -> bool:
     return (major, minor) < (2, 1)
 
 
+# Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
+# memoryview``: the union would be built anew at every isinstance on the hot path.
+_BUFFERS = (bytes, memoryview)
+
 # Correlation ids of the gateway's own upstream requests: negative, which no client uses.
 _internal_ids = itertools.count(-(2**31))
 
@@ -172,7 +176,7 @@ class ClientConnection(asyncio.Protocol):
         upstream = self.upstream
         assert upstream is not None  # ranges are only known once upstream is connected
         for item in items:
-            if isinstance(item, bytes | memoryview):
+            if isinstance(item, _BUFFERS):
                 upstream.write(item)
             elif isinstance(item, RequestFrame):
                 self._on_request(item)
@@ -553,7 +557,7 @@ class ClientConnection(asyncio.Protocol):
         if info is not None:
             info.bytes_out += len(data)
         for item in self.responses.feed(data):
-            if isinstance(item, bytes | memoryview):
+            if isinstance(item, _BUFFERS):
                 client.write(item)
             elif isinstance(item, ResponseFrame):
                 handler = item.request.context
@@ -710,6 +714,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __init__(self, pair: ClientConnection) -> None:
         self.pair = pair
+        # Bound straight to the pair: the transport calls it for every read.
+        self.data_received = pair.upstream_data  # type: ignore[method-assign]
 
     def data_received(self, data: bytes) -> None:
         self.pair.upstream_data(data)
