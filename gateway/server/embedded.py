@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -31,23 +32,53 @@ class EmbeddedError(RuntimeError):
 
 _handed_out: set[int] = set()
 _handed_out_lock = threading.Lock()
+# Ports below the kernel's ephemeral range are never given to outgoing connections as
+# their source port; this many of them are tried before falling back to bind(0).
+_BELOW_EPHEMERAL = 12_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0  # not Linux, or unreadable: use bind(0) only
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on *host* that was free a moment ago (bind to port 0, then close)
-    and that this process has not handed out before.
+    """Return a TCP port on *host* that was free a moment ago and that this process has
+    not handed out before.
 
-    Closing the probe socket leaves a window in which another process could take the
-    port; for loopback ports that risk is accepted (ZooKeeper and Tansu cannot be handed
-    a listening socket). But the kernel may also give the same ephemeral port to two
-    binds in a row, so two callers asking back to back (a listener and its metrics port)
-    could get one port; remembering what was handed out rules that out.
+    The port is closed again before a child (ZooKeeper, Tansu, a gateway) binds it, since
+    they cannot be handed a listening socket, so two races are closed off:
+    - a port is picked below the kernel's ephemeral range when there is room (Linux),
+      so an outgoing connection cannot take it as its source port in the meantime;
+    - a port is never handed out twice in a process: bind(0) may give the same port
+      to two binds in a row, and a gateway once got one port for its listener and its
+      metrics endpoint (a CI failure).
+    Another process picking the same port at the same moment is the risk left.
     """
-    while True:
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        with _handed_out_lock:
+    low = _ephemeral_low()
+    first = max(1024, low - _BELOW_EPHEMERAL)
+    with _handed_out_lock:
+        for _ in range(100 if low - first >= 1000 else 0):
+            port = random.randrange(first, low)
+            if port not in _handed_out and _bindable(host, port):
+                _handed_out.add(port)
+                return port
+        while True:
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
             if port not in _handed_out:
                 _handed_out.add(port)
                 return port
