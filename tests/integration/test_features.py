@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,13 +25,13 @@ import pytest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
 
-from gateway.features.store import FeatureStore, make_client
+from gateway.features.store import FeatureStore
 from gateway.features.znode import Finalized
 from tests.conftest import GatewayFactory, skip_if_external_broker
 from tests.harness import ConnectionClosed, GatewayProcess, KafkaConnection, ZooKeeperProcess
 from tests.harness.kafka_wire import Features, parse_features
+from tests.integration.conftest import CHROOT
 
-CHROOT = "/kafka-gateway-test"
 FEATURE = "test.version"
 CATALOGUE_A = f"""
 [features."{FEATURE}"]
@@ -51,18 +51,6 @@ T = TypeVar("T")
 @pytest.fixture(autouse=True)
 def _tansu_versions() -> None:
     skip_if_external_broker("the test catalogue gates versions picked for Tansu")
-
-
-@pytest.fixture
-def store(zookeeper: ZooKeeperProcess) -> Iterator[FeatureStore]:
-    """The operator's view of ZooKeeper (a kazoo session of the test's own)."""
-    client = make_client(zookeeper.connect_string)
-    client.start(timeout=15)
-    try:
-        yield FeatureStore(client, CHROOT)
-    finally:
-        client.stop()
-        client.close()
 
 
 def catalogue(tmp_path: Path, name: str, text: str) -> str:

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from featurectl.plan.layout import SCRAPES, STATE
-from gateway.features.store import FeatureStore, make_client
+from gateway.features.store import FeatureStore
 from gateway.features.znode import Registration
 from tests.conftest import GatewayFactory, skip_if_external_broker
 from tests.harness import (
@@ -37,11 +36,11 @@ from tests.harness import (
     free_port,
 )
 from tests.harness.kafka_wire import parse_features
+from tests.integration.conftest import CHROOT
 from tests.integration.test_clients import ConfluentDriver
 from tests.integration.test_features import (
     CATALOGUE_A,
     CATALOGUE_B,
-    CHROOT,
     FEATURE,
     start_gateway,
     wait_for,
@@ -58,17 +57,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _tansu_versions() -> None:
     skip_if_external_broker("the test catalogue gates versions picked for Tansu")
-
-
-@pytest.fixture
-def store(zookeeper: ZooKeeperProcess) -> Iterator[FeatureStore]:
-    client = make_client(zookeeper.connect_string)
-    client.start(timeout=15)
-    try:
-        yield FeatureStore(client, CHROOT)
-    finally:
-        client.stop()
-        client.close()
 
 
 def serves_level_1(gw: GatewayProcess) -> bool:
@@ -96,6 +84,29 @@ def env() -> dict[str, str]:
     return clean
 
 
+def start_collect(zookeeper: ZooKeeperProcess, out: Path, *args: str) -> subprocess.Popen[str]:
+    """``featurectl collect`` into ``out`` as a child process (stop it with SIGTERM)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "featurectl",
+            "collect",
+            "--zookeeper",
+            zookeeper.connect_string,
+            "--chroot",
+            CHROOT,
+            "--out",
+            str(out),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+
+
 def test_collect_then_plan_with_real_gateways_and_clients(
     gateway_factory: GatewayFactory,
     zookeeper: ZooKeeperProcess,
@@ -113,26 +124,7 @@ def test_collect_then_plan_with_real_gateways_and_clients(
         wait_for(lambda gw=gw: serves_level_1(gw), what=f"{gw.name} serving level 1")
 
     metrics = tmp_path / "metrics"
-    collect = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "featurectl",
-            "collect",
-            "--zookeeper",
-            zookeeper.connect_string,
-            "--chroot",
-            CHROOT,
-            "--out",
-            str(metrics),
-            "--interval",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    collect = start_collect(zookeeper, metrics, "--interval", "1")
     try:
         # Traffic after the first round, so the counters grow inside the window.
         wait_for(lambda: list((metrics / SCRAPES).glob("*/*.prom")), what="the first scrape")
@@ -245,28 +237,7 @@ def test_collect_keeps_scraping_the_known_gateways_while_zookeeper_is_down(
             )
         )
         metrics = tmp_path / "metrics"
-        collect = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "featurectl",
-                "collect",
-                "--zookeeper",
-                zookeeper.connect_string,
-                "--chroot",
-                CHROOT,
-                "--out",
-                str(metrics),
-                "--interval",
-                "0.5",
-                "--timeout",
-                "2",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env(),
-        )
+        collect = start_collect(zookeeper, metrics, "--interval", "0.5", "--timeout", "2")
         try:
             wait_for(lambda: list((metrics / STATE).glob("*.json")), what="a first round")
             zookeeper.stop()
