@@ -40,6 +40,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from featurectl.plan.layout import RoundWriter, ScrapeMeta, StateSnapshot, epoch_ms, stamp
 from featurectl.plan.layout import write_state as write_state_file
+from gateway.features.store import DEFAULT_CHROOT
 
 log = logging.getLogger("featurectl.collect")
 
@@ -365,7 +366,7 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
         help=f"ZooKeeper connect string (host:port[,...]) to find live gateways [${ZOOKEEPER_ENV}]",
     )
     parser.add_argument(
-        "--chroot", default="/kafka-gateway", help="gateways' ZooKeeper chroot [/kafka-gateway]"
+        "--chroot", default=DEFAULT_CHROOT, help="gateways' ZooKeeper chroot [%(default)s]"
     )
     parser.add_argument(
         "--gateway",

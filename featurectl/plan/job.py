@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot
+from gateway.features.store import DEFAULT_CHROOT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -113,7 +114,7 @@ class PlanInputs:
     catalogue: Catalogue
     targets: Mapping[str, int]
     zookeeper: str | None = None
-    chroot: str = "/kafka-gateway"
+    chroot: str = DEFAULT_CHROOT
     out: Path = Path(DEFAULT_OUT)
 
 
@@ -186,7 +187,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         f"[${ZOOKEEPER_ENV}]",
     )
     parser.add_argument(
-        "--chroot", default="/kafka-gateway", help="gateways' ZooKeeper chroot [/kafka-gateway]"
+        "--chroot", default=DEFAULT_CHROOT, help="gateways' ZooKeeper chroot [%(default)s]"
     )
     parser.add_argument(
         "--catalogue", metavar="FILE", help="feature catalogue TOML [the built-in one]"

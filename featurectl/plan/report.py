@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.features.store import DEFAULT_CHROOT
+
 if TYPE_CHECKING:
     from .job import PlanData, PlanInputs
 
 PLAN_VERSION = 1
-DEFAULT_CHROOT = "/kafka-gateway"
 # Shown in commands when no ZooKeeper address is known (dataset without snapshots).
 ZOOKEEPER_PLACEHOLDER = "ZK_HOST:2181"
 # Lines per chart before the rest is summed as "other": more is unreadable.

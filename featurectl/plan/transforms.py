@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from gateway.observability.metrics import TRAFFIC_LABELS
+
 REQUESTS = "kafka_gateway_requests_total"
 CONNECTIONS = "kafka_gateway_connections_active"
 FINALIZED_LEVEL = "kafka_gateway_feature_finalized_level"
@@ -52,14 +54,11 @@ PLAN_METRICS = (
     SUPPORTED_MAX,
     INFO,
 )
+# The labels of a requests_total series: the gateway's traffic labels.
+REQUEST_LABELS = TRAFFIC_LABELS
 # The labels the planner reads, flattened from the map; integers are cast once here.
 PLAN_LABELS = (
-    "listener",
-    "api_key",
-    "api",
-    "api_version",
-    "client_software_name",
-    "client_software_version",
+    *REQUEST_LABELS,
     "feature",
     "gateway_version",
     "broker_software_name",
@@ -68,8 +67,6 @@ PLAN_LABELS = (
 )
 _INT_LABELS = ("api_key", "api_version")
 CLIENT = ("client_software_name", "client_software_version")
-# The labels of a requests_total series.
-REQUEST_LABELS = ("listener", "api_key", "api", "api_version", *CLIENT)
 
 # A label pair ``name="value"`` where the value may hold \\, \" and \n escapes.
 _LABEL_PAIR = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"'

@@ -29,16 +29,8 @@ from featurectl.collect import (
 )
 from featurectl.plan.layout import SCRAPES, decode_name, round_time_ms
 from gateway.features.znode import Registration
+from gateway.observability.metrics import TRAFFIC_LABELS
 from tests.harness import free_port
-
-TRAFFIC_LABELS = [
-    "listener",
-    "api_key",
-    "api",
-    "api_version",
-    "client_software_name",
-    "client_software_version",
-]
 
 
 def closed_url() -> str:
