@@ -12,7 +12,9 @@ body's last part, so only that part is decoded (``rewrite_tail``). A large Fetch
 through the gateway and only its tagged section is held back (see
 ``gateway.protocol.TailFinder``); its length prefix has gone out by then, so the section
 must keep its length. A shorter rewrite is padded with an unknown tag, which every
-flexible-version parser skips (KIP-482). A longer one cannot fit: NodeEndpoints is
+flexible-version parser skips (KIP-482); one that is shorter by less than the smallest
+such tag (3 bytes) writes its tag count as a wider varint instead, which every Kafka
+varint reader reads as the same number. A longer one cannot fit: NodeEndpoints is
 dropped, and clients fall back to what they did before KIP-951, a Metadata request,
 which comes back through the gateway and is rewritten.
 """
@@ -39,6 +41,7 @@ from ..protocol import (
     write_tagged_fields,
 )
 from ..protocol._walk import field_offset, tags_offset
+from ..protocol._wire import write_uvarint
 from ._codec import (
     decode_response_tag,
     encode_response,
@@ -182,16 +185,21 @@ def rewrite_tail(
 
 
 def _padded(fields: dict[int, bytes], length: int) -> bytes | None:
-    """``fields`` plus one or two PAD_TAGS, encoded in exactly ``length`` bytes, if any."""
+    """``fields`` encoded in exactly ``length`` bytes, if that can be done."""
     base = len(write_tagged_fields({**fields, PAD_TAGS[0]: b""}))
-    if base > length:
-        return None
-    # Varint widths make some lengths unreachable with one pad; two pads reach the rest.
-    for pads in ({}, {PAD_TAGS[1]: b""}):
-        for size in range(max(length - base - 8, 0), length - base + 1):
-            encoded = write_tagged_fields({**fields, **pads, PAD_TAGS[0]: bytes(size)})
-            if len(encoded) == length:
-                return encoded
+    if base <= length:
+        # Varint widths make some lengths unreachable with one pad; two pads reach the rest.
+        for pads in ({}, {PAD_TAGS[1]: b""}):
+            for size in range(max(length - base - 8, 0), length - base + 1):
+                encoded = write_tagged_fields({**fields, **pads, PAD_TAGS[0]: bytes(size)})
+                if len(encoded) == length:
+                    return encoded
+    # Too few bytes left for a pad (tag, size: 3 bytes at least): a wider tag count
+    # fills 1 to 4 of them (see write_uvarint).
+    short = length - len(write_tagged_fields(fields))
+    width = len(write_uvarint(len(fields))) + short
+    if short > 0 and width <= 5:
+        return write_tagged_fields(fields, count_width=width)
     return None
 
 

@@ -39,12 +39,22 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
             raise Malformed("unsigned varint longer than 5 bytes")
 
 
-def write_uvarint(value: int) -> bytes:
+def write_uvarint(value: int, width: int = 1) -> bytes:
+    """``value`` as an unsigned varint of at least ``width`` bytes (at most 5).
+
+    A ``width`` beyond the minimal encoding adds continuation bytes that carry zero
+    bits. Kafka's varint readers (Java's ByteUtils.readUnsignedVarint, librdkafka,
+    franz-go) take 7 bits a byte until a byte without the high bit, so they read the
+    same value; the gateway uses this only to give a rewritten section the exact length
+    of the bytes it replaces.
+    """
     out = bytearray()
-    while value > 0x7F:
+    while value > 0x7F or len(out) < width - 1:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+    if len(out) > 5:
+        raise ValueError(f"an unsigned varint has at most 5 bytes, not {len(out)}")
     return bytes(out)
 
 
@@ -76,9 +86,10 @@ def read_tagged_fields(
     return fields, pos
 
 
-def write_tagged_fields(fields: dict[int, bytes]) -> bytes:
-    """Encode {tag: raw value} as a tagged-field section, tags ascending as the spec asks."""
-    out = bytearray(write_uvarint(len(fields)))
+def write_tagged_fields(fields: dict[int, bytes], count_width: int = 1) -> bytes:
+    """Encode {tag: raw value} as a tagged-field section, tags ascending as the spec asks;
+    the field count takes at least ``count_width`` bytes (see ``write_uvarint``)."""
+    out = bytearray(write_uvarint(len(fields), count_width))
     for tag in sorted(fields):
         value = fields[tag]
         out += write_uvarint(tag)

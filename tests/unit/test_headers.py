@@ -30,7 +30,7 @@ from gateway.protocol import (
     response_header,
     write_tagged_fields,
 )
-from gateway.protocol._wire import read_uvarint, skip_tagged_fields
+from gateway.protocol._wire import read_uvarint, skip_tagged_fields, write_uvarint
 
 from ._kafka import classic_string, encode, produce, tagged_section, uvarint
 
@@ -356,6 +356,17 @@ def test_frame_prefixes_the_length() -> None:
 def test_read_uvarint(raw: bytes, value: int, end: int) -> None:
     assert read_uvarint(raw + b"\xff", 0) == (value, end)
     assert uvarint(value) == raw
+
+
+@pytest.mark.parametrize("value", [0, 2, 127, 128, 300, 2**21, 2**32 - 1])
+def test_a_widened_uvarint_reads_as_the_same_value(value: int) -> None:
+    minimal = write_uvarint(value)
+    assert minimal == uvarint(value)
+    for width in range(len(minimal), 6):
+        wide = write_uvarint(value, width)
+        assert len(wide) == width and read_uvarint(wide + b"\xff", 0) == (value, width)
+    with pytest.raises(ValueError, match="at most 5 bytes"):
+        write_uvarint(value, 6)
 
 
 def test_uvarint_longer_than_five_bytes_is_malformed_and_a_cut_one_incomplete() -> None:

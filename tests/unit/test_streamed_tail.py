@@ -324,6 +324,20 @@ def test_a_shorter_rewrite_is_padded_to_the_same_length(version: int) -> None:
     ]
 
 
+@pytest.mark.parametrize("shrink", [1, 2])
+def test_a_rewrite_too_short_for_a_pad_widens_the_tag_count(shrink: int) -> None:
+    # The smallest pad takes 3 bytes; 1 or 2 missing bytes go into the count varint.
+    body, tail = _tail(17, [{"node_id": 1, "host": "b" * 10, "port": 9092}])
+    out, dropped = rewrite_tail(FETCH, 17, tail, Book(10 - shrink), keep_length=True)
+    assert len(out) == len(tail) and not dropped
+    assert out[: 1 + shrink] == bytes([0x81] + [0x80] * (shrink - 1) + [0x00])
+    fields, end = read_tagged_fields(out, 0)
+    assert end == len(out) and set(fields) == {0}
+    assert [(e.host, e.port) for e in _endpoints_of(17, body, out)] == [
+        ("g" * (10 - shrink), 19001)
+    ]
+
+
 def test_a_rewrite_of_the_same_length_needs_no_padding() -> None:
     _, tail = _tail(17, ENDPOINTS)
     out, dropped = rewrite_tail(FETCH, 17, tail, Book(len("broker-1.internal")), keep_length=True)
@@ -367,13 +381,9 @@ def test_every_host_length_fits_exactly(count: int) -> None:
         for new_len in range(1, 200):
             out, dropped = rewrite_tail(FETCH, 17, tail, Book(new_len), keep_length=True)
             assert len(out) == len(tail), (old_len, new_len)
-            # A pad costs at least 3 bytes (2-byte tag, size): a section that shrank
-            # by less cannot be filled, and one that grew cannot fit; both drop.
-            shrink = count * (old_len - new_len)
-            if new_len > old_len:
-                assert dropped, (old_len, new_len)
-            elif shrink == 0 or shrink >= 3 + 2:  # + slack for varint width changes
-                assert not dropped, (old_len, new_len)
+            # A section that shrank keeps its endpoints (a pad, or for 1-4 bytes a wider
+            # tag count, fills it); one that grew cannot fit and drops them.
+            assert dropped == (new_len > old_len), (old_len, new_len)
             fields, end = read_tagged_fields(out, 0)
             assert end == len(out)
             assert b"b" * old_len not in fields.get(0, b""), (old_len, new_len)
