@@ -597,8 +597,12 @@ def pin(pids: list[int], cpus: set[int]) -> None:
         except OSError:
             continue
         for tid in tasks:
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            try:
                 os.sched_setaffinity(tid, cpus)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                continue
+            except OSError as exc:  # the layout would not be what the report says
+                raise BenchError(f"cannot pin thread {tid} of process {pid}: {exc}") from exc
 
 
 def layout_cpus(layout: str, allowed: set[int]) -> tuple[set[int], set[int]] | None:
