@@ -79,7 +79,8 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
 CPU_PARTS = ("client", "broker", "proxy", "other")
 # Where the processes may run. "shared": every process may use every CPU, the way they
 # land on one machine. "split": the broker alone on the first CPU, the client and the
-# proxies on the others, as when the broker has a host of its own. Each layout applies to
+# proxies on the others, as when the broker has CPU of its own (its own host, or its own
+# container CPU in a sidecar's pod). Each layout applies to
 # every path alike, so ratios compare like with like.
 LAYOUTS = ("shared", "split")
 LAYOUT_TEXT = {
@@ -950,7 +951,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="both",
         help="where the processes run: 'shared' (every process on every CPU, as they land"
         " on one machine), 'split' (the broker pinned alone to the first CPU, client and"
-        " proxies to the others, as when the broker has a host of its own) or 'both', one"
+        " proxies to the others, as when the broker has CPU of its own) or 'both', one"
         " after the other with their own tables (default both)",
     )
     parser.add_argument(
@@ -1126,6 +1127,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     notes: dict[str, str] = {}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}  # layout -> path -> rounds
+    placed: dict[str, tuple[set[int], set[int]]] = {}  # layout -> (broker CPUs, others')
     layouts = LAYOUTS if args.cpu_layout == "both" else (args.cpu_layout,)
     topic = f"bench-{os.getpid()}"
     try:
@@ -1196,6 +1198,7 @@ def run(args: argparse.Namespace) -> int:
                     f"on CPU {_cpu_list(cpus[1])}",
                     flush=True,
                 )
+                placed[layout] = cpus
                 results[layout] = measure_rounds(args, steps, paths, services, broker, notes)
                 pin(broker.pids() + everyone_else, allowed)
     finally:
@@ -1204,12 +1207,12 @@ def run(args: argparse.Namespace) -> int:
 
     report: dict[str, Any] = {}
     for layout, rounds in results.items():
-        cpus = layout_cpus(layout, os.sched_getaffinity(0))
+        cpus = placed[layout]
         print(f"\n=== layout {layout}: {LAYOUT_TEXT[layout]} ===")
         medians = summarize(rounds)
         ratios = print_report(rounds, medians, notes)
         report[layout] = {
-            "cpus": {"broker": sorted(cpus[0]), "others": sorted(cpus[1])} if cpus else None,
+            "cpus": {"broker": sorted(cpus[0]), "others": sorted(cpus[1])},
             "rounds": rounds,
             "medians": medians,
             "ratios": ratios,
