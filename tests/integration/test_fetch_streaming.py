@@ -34,7 +34,7 @@ from kio.static.primitive import i32
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.interceptors._tagged import strip_unknown_tags
-from tests.harness import TANSU_NODE_ID, Broker, GatewayProcess, KafkaConnection
+from tests.harness import LOOPBACK, TANSU_NODE_ID, Broker, GatewayProcess, KafkaConnection
 from tests.harness.kafka_wire import decode, encode, read_tagged_fields, skip_tagged_fields
 
 FETCH = 1
@@ -196,11 +196,10 @@ def _records(response: Any) -> list[bytes | None]:
     return [p.records for t in response.responses for p in t.partitions]
 
 
-GATEWAY_HOST = "127.0.0.1"  # what the gateways here advertise
 LONG_HOST = "a-long-broker-hostname.internal"  # the rewrite shrinks: padded
 SHORT_HOST = "b"  # the rewrite would grow: dropped
 # The rewrite shrinks by 1 or 2 bytes, less than the smallest pad: a wider tag count.
-NEAR_HOSTS = ["h" * (len(GATEWAY_HOST) + 1), "h" * (len(GATEWAY_HOST) + 2)]
+NEAR_HOSTS = ["h" * (len(LOOPBACK) + 1), "h" * (len(LOOPBACK) + 2)]  # gateways advertise LOOPBACK
 
 
 @pytest.mark.parametrize("tapped", [LONG_HOST, *NEAR_HOSTS], indirect=True)
