@@ -36,6 +36,7 @@ from tests.harness import (
     TansuBroker,
     ZooKeeperProcess,
 )
+from tests.harness.prometheus import PrometheusProcess, prometheus_binary
 
 EXTERNAL_BROKER_ENV = "KAFKA_GATEWAY_TEST_BROKER"
 
@@ -305,3 +306,25 @@ def gateway_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
 def gateway(gateway_factory: GatewayFactory, broker: Broker) -> GatewayProcess:
     """A sidecar gateway in front of ``broker``, advertising 127.0.0.1 (default args)."""
     return gateway_factory(upstream=broker.bootstrap)
+
+
+# --------------------------------------------------------------------------------------
+# Prometheus
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[PrometheusProcess]:
+    """A real Prometheus (Debian's package) of this test's own, scraping every second.
+
+    It starts with no targets: ``prometheus.set_targets([gw.metrics_address, ...])``.
+    Rule files: build your own ``PrometheusProcess(tmp_path, rule_files=[...])``.
+    """
+    if prometheus_binary() is None:
+        pytest.skip("missing tool: prometheus (Debian package prometheus)")
+    server = PrometheusProcess(tmp_path / "prometheus")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

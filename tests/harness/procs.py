@@ -710,7 +710,14 @@ class GatewayProcess(ManagedProcess):
     def metrics_url(self) -> str:
         if self.metrics_port is None:
             raise HarnessError(f"{self.name} was started without metrics=True")
-        return f"http://{self.host}:{self.metrics_port}/metrics"
+        return f"http://{self.metrics_address}/metrics"
+
+    @property
+    def metrics_address(self) -> str:
+        """``host:port`` of the metrics endpoint, as a Prometheus scrape target."""
+        if self.metrics_port is None:
+            raise HarnessError(f"{self.name} was started without metrics=True")
+        return f"{self.host}:{self.metrics_port}"
 
     def command(self) -> list[str]:
         argv = [self._python, "-m", "gateway", "--listen", self.bootstrap]
