@@ -28,6 +28,8 @@ OPTIONAL_TOOLS: dict[str, OptionalTool] = {
     for tool in (
         OptionalTool("kcat", ("kcat", "kafkacat"), "apt-get install kcat"),
         OptionalTool("socat", ("socat",), "apt-get install socat"),
+        # The README walkthrough reads /metrics with it.
+        OptionalTool("curl", ("curl",), "apt-get install curl"),
         OptionalTool("promtool", ("promtool",), "apt-get install prometheus"),
         OptionalTool("kubectl", ("kubectl",), "https://kubernetes.io/docs/tasks/tools/"),
         OptionalTool(
