@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gateway.commands import shell_command
-from gateway.features.store import DEFAULT_CHROOT, FeatureStore, make_client
+from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV, FeatureStore, make_client
 from tests.conftest import require_tool
 from tests.harness import LOOPBACK, ManagedProcess, free_port, port_accepts
 from tests.harness.shell import ROOT, markdown_shell_blocks, new_shell_env, simple_commands
@@ -106,9 +106,9 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
     stack.start()
     try:
         banner = stack.banner()
-        zookeeper = banner["broker (Tansu)"].split("ZooKeeper:")[1].strip()
-        exports = [v for v in banner.values() if v.startswith("export ")]
+        exports = [v for v in banner.values() if v.startswith(f"export {ZOOKEEPER_ENV}=")]
         assert len(exports) == 1, banner
+        zookeeper = exports[0].partition("=")[2]
         wait_for_registration(zookeeper)
         yield FirstRun(stack, banner, zookeeper, exports[0])
     finally:
