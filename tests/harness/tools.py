@@ -30,6 +30,8 @@ OPTIONAL_TOOLS: dict[str, OptionalTool] = {
         OptionalTool("socat", ("socat",), "apt-get install socat"),
         # The README walkthrough reads /metrics with it.
         OptionalTool("curl", ("curl",), "apt-get install curl"),
+        # A real Prometheus server, and its rule checker; Debian packages both as prometheus.
+        OptionalTool("prometheus", ("prometheus",), "apt-get install prometheus"),
         OptionalTool("promtool", ("promtool",), "apt-get install prometheus"),
         OptionalTool("kubectl", ("kubectl",), "https://kubernetes.io/docs/tasks/tools/"),
         OptionalTool(
