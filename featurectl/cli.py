@@ -33,9 +33,11 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from rich.console import Console
 
+from gateway.commands import pasteable, shell_command
 from gateway.features.catalogue import load_catalogue
 from gateway.features.store import (
     DEFAULT_CHROOT,
+    ZOOKEEPER_ENV,
     EpochConflict,
     FeatureStore,
     make_client,
@@ -60,7 +62,6 @@ EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
 
-ZOOKEEPER_ENV = "KAFKA_GATEWAY_ZOOKEEPER"
 ZOOKEEPER_AUTH_ENV = "KAFKA_GATEWAY_ZOOKEEPER_AUTH"
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -270,7 +271,7 @@ def _add_update_command(
         parents=[common],
         help=help_text,
         description=_wrap(description),
-        epilog=epilog,
+        epilog=pasteable(epilog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     if name == "disable":
@@ -331,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
             "finalized level and its epoch, and which gateways hold a feature back; then the "
             "live gateways (id, listener, upstream, broker software, gateway version)."
         ),
-        epilog=_DESCRIBE_EPILOG,
+        epilog=pasteable(_DESCRIBE_EPILOG),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     describe.add_argument(
@@ -381,8 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     brokers = commands.add_parser(
         "brokers",
         help="show the broker software name/version each gateway reports (KIP-885)",
-        description="Ask each gateway for ApiVersions and print the BrokerSoftwareName/"
-        "Version tagged fields it adds. Example: featurectl brokers --bootstrap gw-0:9092",
+        description=_wrap(
+            "Ask each gateway for ApiVersions and print the BrokerSoftwareName/Version "
+            "tagged fields it adds."
+        ),
+        epilog=pasteable("example:\n  featurectl brokers --bootstrap gw-0:9092"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     brokers.add_argument(
         "--bootstrap",
@@ -464,7 +469,7 @@ def _store(args: argparse.Namespace) -> Iterator[FeatureStore]:
         raise CliError(
             EXIT_USAGE,
             f"lost the connection to {where}; a write in flight may or may not have been "
-            "applied: check with featurectl describe",
+            f"applied: check with {shell_command('featurectl')} describe",
         ) from None
     except ZNodeError as exc:
         raise CliError(EXIT_REJECTED, f"{chroot}/feature is unreadable: {exc}") from None

@@ -40,7 +40,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from featurectl.plan.layout import RoundWriter, ScrapeMeta, StateSnapshot, epoch_ms, stamp
 from featurectl.plan.layout import write_state as write_state_file
-from gateway.features.store import DEFAULT_CHROOT
+from gateway.commands import pasteable
+from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
 log = logging.getLogger("featurectl.collect")
 
@@ -56,8 +57,6 @@ MAX_PARALLEL_SCRAPES = 16
 # Prometheus' own Accept header for the text format; prometheus_client answers with it.
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 INFO_METRIC = "kafka_gateway_info"
-# The same variable featurectl's other commands read for --zookeeper.
-ZOOKEEPER_ENV = "KAFKA_GATEWAY_ZOOKEEPER"
 
 EPILOG = """\
 examples:
@@ -355,7 +354,7 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
             width=88,
             break_on_hyphens=False,
         ),
-        epilog=EPILOG,
+        epilog=pasteable(EPILOG),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="dataset directory")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
+from .commands import pasteable, shell_command
 from .config import Config, ConfigError, HostPort, load_config
 from .observability.logging import configure_logging, get_logger
 
@@ -25,7 +26,8 @@ Feature gating (KIP-584) is on when --zookeeper is given (the embedded default s
 one): the gateway reads <chroot>/feature, withholds API versions of unfinalized feature
 levels, registers itself under <chroot>/gateways/ids/<id>, and refuses to start (exit 1)
 when a finalized level exceeds what it and its broker support. Operate levels with
-featurectl (featurectl --help).
+featurectl:
+  featurectl --help
 
 Every flag can also be set in the TOML file given with --config (see conf/gateway.toml);
 flags win over the file. Exit codes: 0 stopped cleanly, 2 invalid flags or config,
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kafka-gateway",
         description="A Kafka protocol gateway: forwards the Kafka wire protocol to real "
         "brokers and rewrites broker addresses so clients always come back through it.",
-        epilog=EPILOG,
+        epilog=pasteable(EPILOG),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
@@ -166,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(config: Config) -> int:
     import uvloop
 
+    from .features.store import ZOOKEEPER_ENV
     from .server.app import Gateway
     from .server.embedded import EmbeddedError, LocalStack, default_workdir
     from .server.features import FeatureStartupError
@@ -192,7 +195,10 @@ def run(config: Config) -> int:
                 f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
                 f"  (bootstrap.servers={config.advertised}:{config.listen.port})\n"
                 f"  broker (Tansu): {stack.broker}   ZooKeeper: {stack.zookeeper}\n"
-                f"  feature levels: featurectl describe --zookeeper {stack.zookeeper}\n"
+                f"  feature levels: {shell_command('featurectl')} describe"
+                f" --zookeeper {stack.zookeeper}\n"
+                # featurectl reads it when --zookeeper is left out (README walkthrough).
+                f"  featurectl in another shell: export {ZOOKEEPER_ENV}={stack.zookeeper}\n"
                 + (
                     f"  metrics: http://{config.metrics_listen}/metrics\n"
                     if config.metrics_listen

@@ -36,7 +36,8 @@ from tests.harness import (
     TansuBroker,
     ZooKeeperProcess,
 )
-from tests.harness.prometheus import PrometheusProcess, prometheus_binary
+from tests.harness.prometheus import PrometheusProcess
+from tests.harness.tools import MISSING_TOOL, OPTIONAL_TOOLS, find_tool, missing_tool_reason
 
 EXTERNAL_BROKER_ENV = "KAFKA_GATEWAY_TEST_BROKER"
 
@@ -66,6 +67,56 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if address:
         return [f"broker: external {address} ({EXTERNAL_BROKER_ENV})"]
     return [f"broker: Tansu (memory storage) advertising {UNREACHABLE_HOST}"]
+
+
+# --------------------------------------------------------------------------------------
+# Optional tools: one way to skip without them, one line at the end saying what was missing
+# --------------------------------------------------------------------------------------
+
+
+def require_tool(name: str, detail: str = "") -> str:
+    """The path of optional tool ``name`` (tests/harness/tools.py); skip the test without it."""
+    found = find_tool(name)
+    if found is None:
+        pytest.skip(missing_tool_reason(name, detail))
+    return found
+
+
+def _skips_per_missing_tool(reporter: pytest.TerminalReporter) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for report in reporter.stats.get("skipped", []):
+        # A skip's longrepr is (path, line, "Skipped: <reason>").
+        if isinstance(report.longrepr, tuple):
+            reason = report.longrepr[2].removeprefix("Skipped: ")
+            if reason.startswith(MISSING_TOOL):
+                tool = reason.removeprefix(MISSING_TOOL).split()[0]
+                counts[tool] = counts.get(tool, 0) + 1
+    return counts
+
+
+def optional_tools_line(reporter: pytest.TerminalReporter) -> str:
+    """'optional tools: all present', or which are missing and how many tests they skipped."""
+    skipped = _skips_per_missing_tool(reporter)
+    missing = sorted({n for n in OPTIONAL_TOOLS if find_tool(n) is None} | set(skipped))
+    if not missing:
+        return f"optional tools: all present ({', '.join(OPTIONAL_TOOLS)})"
+    total = sum(skipped.values())
+    per_tool = ", ".join(f"{n} {skipped.get(n, 0)}" for n in missing)
+    tests = "test" if total == 1 else "tests"
+    return (
+        f"optional tools: missing {', '.join(missing)}; "
+        f"{total} {tests} skipped because of them ({per_tool})"
+    )
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    # Outermost wrapper: runs after the terminal reporter's summary, so this is the last line.
+    result = yield
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(optional_tools_line(reporter))
+    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -320,8 +371,7 @@ def prometheus(tmp_path: Path) -> Iterator[PrometheusProcess]:
     It starts with no targets: ``prometheus.set_targets([gw.metrics_address, ...])``.
     Rule files: build your own ``PrometheusProcess(tmp_path, rule_files=[...])``.
     """
-    if prometheus_binary() is None:
-        pytest.skip("missing tool: prometheus (Debian package prometheus)")
+    require_tool("prometheus")
     server = PrometheusProcess(tmp_path / "prometheus")
     server.start()
     try:

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot
-from gateway.features.store import DEFAULT_CHROOT
+from gateway.commands import pasteable
+from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,8 +50,6 @@ EXIT_UNSAFE = 1
 EXIT_USAGE = 2
 
 DEFAULT_MASTER = "local[*]"
-# The same variable featurectl's other commands read for --zookeeper.
-ZOOKEEPER_ENV = "KAFKA_GATEWAY_ZOOKEEPER"
 DEFAULT_OUT = "plan"
 # Chart resolution: at most this many time buckets per chart (one per scrape is noise).
 CHART_BUCKETS = 120
@@ -217,7 +216,7 @@ def add_plan_subcommand(subparsers: argparse._SubParsersAction) -> argparse.Argu
             width=88,
             break_on_hyphens=False,
         ),
-        epilog=EPILOG,
+        epilog=pasteable(EPILOG),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return configure_parser(parser)
@@ -228,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="featurectl plan",
         description="Plan feature upgrades/downgrades from collected gateway metrics.",
-        epilog=EPILOG,
+        epilog=pasteable(EPILOG),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return configure_parser(parser)

@@ -36,6 +36,9 @@ from .znode import (
 )
 
 DEFAULT_CHROOT = "/kafka-gateway"
+# The ZooKeeper connect string featurectl uses when --zookeeper is not given; the embedded
+# stack's banner prints an `export` of it for the operator's next shell.
+ZOOKEEPER_ENV = "KAFKA_GATEWAY_ZOOKEEPER"
 
 
 class EpochConflict(Exception):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -35,6 +34,7 @@ import pytest
 from kio.schema.metadata.v12.request import MetadataRequest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import require_tool
 from tests.harness import (
     TANSU_NODE_ID,
     UNREACHABLE_HOST,
@@ -710,9 +710,7 @@ def test_kcat_metadata_listing(gateway: GatewayProcess, unique_topic: str) -> No
     are longer than a byte. So against Tansu this also checks that the gateway hands
     clients an ApiVersions response old librdkafka can read.
     """
-    kcat = shutil.which("kcat") or shutil.which("kafkacat")
-    if kcat is None:
-        pytest.skip("kcat is not installed")
+    kcat = require_tool("kcat")
     KAFKA_PYTHON.create_topic(gateway.bootstrap, unique_topic)
     result = subprocess.run(
         [kcat, "-b", gateway.bootstrap, "-L", "-m", "5"],

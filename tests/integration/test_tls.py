@@ -15,7 +15,6 @@ anywhere if the gateway rewrote the addresses, TLS or not.
 from __future__ import annotations
 
 import logging
-import shutil
 import ssl
 import urllib.request
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import pytest
 import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import require_tool
 from tests.harness import (
     LOOPBACK,
     Broker,
@@ -118,8 +118,7 @@ class SocatTls(ManagedProcess):
 @pytest.fixture
 def tls_terminator(tmp_path: Path, broker: Broker, pki: Pki):
     """Start socat in front of the session broker: ``tls_terminator(client_ca=None)``."""
-    if shutil.which("socat") is None:
-        pytest.skip("socat is not installed (apt-get install socat)")
+    require_tool("socat")
     started: list[SocatTls] = []
 
     def start(client_ca: str | None = None) -> SocatTls:

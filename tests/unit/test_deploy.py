@@ -26,6 +26,8 @@ import yaml
 from packaging.requirements import Requirement
 
 from gateway.config import Config, ConfigError, load_config
+from tests.conftest import require_tool
+from tests.harness.tools import missing_tool_reason
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -412,9 +414,7 @@ def test_kustomization_lists_every_manifest(directory: Path) -> None:
 
 @pytest.mark.parametrize("directory", [K8S, K8S / "monitoring"], ids=["base", "monitoring"])
 def test_kustomize_renders_the_same_objects(directory: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed; kustomization.yaml is checked above")
+    kubectl = require_tool("kubectl", "kustomization.yaml is checked above")
     result = subprocess.run(
         [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120
     )
@@ -667,7 +667,11 @@ def test_compose_file_passes_docker_compose_config() -> None:
         command = ["docker-compose", "-f", "-", "config", "--quiet"]
         text = "\n".join(line for line in text.splitlines() if not line.startswith("name:"))
     else:
-        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+        pytest.skip(
+            missing_tool_reason(
+                "docker-compose", "neither `docker compose` nor `docker-compose` is installed"
+            )
+        )
     result = subprocess.run(
         command, input=text, capture_output=True, text=True, cwd=DEPLOY, timeout=60
     )
@@ -727,9 +731,7 @@ def test_systemd_unit_is_hardened_and_stops_gracefully() -> None:
 
 
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed; the unit's keys are checked above")
+    analyze = require_tool("systemd-analyze", "the unit's keys are checked above")
     # verify also checks that ExecStart's binary exists, which on a build machine it
     # does not: point it at this venv's kafka-gateway (or any executable) instead.
     binary = shutil.which("kafka-gateway", path=str(Path(sys.executable).parent)) or "/bin/true"
@@ -888,10 +890,7 @@ def test_prometheus_config_scrapes_gateways_and_loads_the_rules() -> None:
 
 
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.skip("promtool is not installed; rules and config are checked structurally above")
-    return found
+    return require_tool("promtool", "rules and config are checked structurally above")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,52 @@
+"""Commands the project prints (banner, ``--help`` examples) in a form that runs when pasted.
+
+``scripts/run`` installs the project into ``.venv`` and never activates it, so a bare
+``featurectl`` is "command not found" in the next shell. Every command the project shows
+therefore names the console script by the path that runs it from the current directory
+(``.venv/bin/featurectl`` from the repository root), or by its bare name where that is
+on PATH for any shell (an installation outside a virtualenv, such as a container image).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+# Console scripts whose examples are rewritten by pasteable(): ours, and spark-submit,
+# which pyspark installs beside the same interpreter.
+TOOLS = ("kafka-gateway", "featurectl", "spark-submit")
+
+# A tool name where a shell expects a command: at the start of a line (after indentation,
+# as help examples are laid out) or after a shell operator.
+_COMMAND_WORD = re.compile(
+    r"(?P<lead>^[ \t]*|(?:&&|\|\||[|;])[ \t]*)(?P<tool>" + "|".join(TOOLS) + r")(?=[ \t]|$)",
+    re.MULTILINE,
+)
+
+
+def shell_command(tool: str) -> str:
+    """How a new shell in the current directory runs ``tool`` of this installation."""
+    beside = Path(sys.executable).parent / tool
+    if not beside.exists():
+        return tool
+    found = shutil.which(tool)
+    if found is not None and Path(found).resolve() == beside.resolve():
+        in_virtualenv = sys.prefix != sys.base_prefix
+        # A virtualenv's bin is on PATH only in a shell that activated it.
+        if not in_virtualenv or Path(found).parent.resolve() != beside.parent.resolve():
+            return tool
+    try:
+        relative = beside.relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(beside))
+    # A word without a slash would be looked up on PATH, hence ./ in the bin directory.
+    return shlex.quote(str(relative) if os.sep in str(relative) else f"./{relative}")
+
+
+def pasteable(text: str) -> str:
+    """``text`` (help examples) with each command-position tool name as shell_command()."""
+    return _COMMAND_WORD.sub(lambda m: m["lead"] + shell_command(m["tool"]), text)
