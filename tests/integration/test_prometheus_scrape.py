@@ -1,15 +1,74 @@
-"""A real Prometheus scrapes a real gateway (the harness other Prometheus tests build on)."""
+"""A real Prometheus scrapes real gateways: the stored series keep the metrics contract.
+
+The smoke test checks the harness itself. The module-scoped ``scraped`` setup runs two
+gateways (``WORKERS`` worker processes each, where the gateway has ``--workers``) on one
+ZooKeeper, real librdkafka traffic through both, and a Prometheus that scrapes them with
+the real ``deploy/prometheus/alerts.yml`` loaded; tests/integration/test_dashboard.py
+runs the Grafana dashboard's queries against the same setup.
+"""
 
 from __future__ import annotations
 
+import functools
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.features.store import FeatureStore, make_client
 from tests.conftest import GatewayFactory
-from tests.harness.prometheus import PrometheusProcess
+from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness.prometheus import PrometheusProcess, prometheus_binary
+from tests.integration.conftest import CHROOT
+from tests.integration.test_clients import ConfluentDriver
+from tests.integration.test_metrics import PINNED
+from tests.unit.test_deploy import PROM, alert_rules
+
+# Worker processes per gateway (issue 12's `--workers`). /metrics must be the sum over a
+# gateway's workers, so the Prometheus tests run every gateway with several; the flag is
+# passed only when this gateway lists it in --help (see worker_args).
+WORKERS = 2
+# The `kafka_cluster` target label the scrape configs in deploy/ set; the alerts group by it.
+KAFKA_CLUSTER = "test"
+# Labels Prometheus adds to every scraped series (the target's), not the gateway's own.
+TARGET_LABELS = frozenset({"__name__", "instance", "job", "kafka_cluster"})
+# A feature the default catalogue knows and Tansu can serve (it gates no API version).
+FINALIZED_FEATURE = "eligible.leader.replicas.version"
+
+
+@functools.cache
+def worker_args() -> tuple[str, ...]:
+    """``--workers WORKERS`` when this gateway has the flag, else nothing."""
+    usage = subprocess.run(
+        [sys.executable, "-m", "gateway", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return ("--workers", str(WORKERS)) if "--workers" in usage else ()
+
+
+def exposed_series(gateway: GatewayProcess) -> dict[str, set[frozenset[str]]]:
+    """Series name -> the label-name sets of its samples, as the gateway exposes them now."""
+    with urllib.request.urlopen(gateway.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    exposed: dict[str, set[frozenset[str]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            exposed.setdefault(sample.name, set()).add(frozenset(sample.labels))
+    return exposed
 
 
 def test_prometheus_scrapes_gateway_metrics(
     prometheus: PrometheusProcess, gateway_factory: GatewayFactory
 ) -> None:
-    gateway = gateway_factory(metrics=True)
+    gateway = gateway_factory(*worker_args(), metrics=True)
     prometheus.set_targets([gateway.metrics_address])
     prometheus.wait_targets_up()
     up = prometheus.wait_for(f'up{{instance="{gateway.metrics_address}"}} == 1')
@@ -17,3 +76,153 @@ def test_prometheus_scrapes_gateway_metrics(
     # A gateway series, not just Prometheus' own `up`: the scrape parsed the exposition.
     series = prometheus.wait_for("kafka_gateway_info")
     assert series[0]["metric"]["instance"] == gateway.metrics_address
+
+
+# --------------------------------------------------------------------------------------
+# Two gateways with live traffic, scraped with the real alert rules loaded
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Scraped:
+    prometheus: PrometheusProcess
+    gateways: list[GatewayProcess]
+    topic: str
+    traffic_started: float  # Unix time just before the first client request
+
+    @property
+    def instances(self) -> set[str]:
+        return {gw.metrics_address for gw in self.gateways}
+
+
+@pytest.fixture(scope="module")
+def scraped(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scraped]:
+    if prometheus_binary() is None:
+        pytest.skip("missing tool: prometheus (Debian package prometheus)")
+    workdir = tmp_path_factory.mktemp("scraped")
+    zookeeper = ZooKeeperProcess(workdir / "zookeeper")
+    gateways = GatewayFactory(request, workdir)
+    prometheus = PrometheusProcess(
+        workdir / "prometheus",
+        rule_files=[PROM / "alerts.yml"],
+        target_labels={"kafka_cluster": KAFKA_CLUSTER},
+    )
+    zk_client = None
+    probe: KafkaConnection | None = None
+    problems: list[str] = []
+    try:
+        zookeeper.start()
+        zk_client = make_client(zookeeper.connect_string)
+        zk_client.start(timeout=15)
+        # Finalized before the gateways start, so their level and epoch series carry it.
+        epoch = FeatureStore(zk_client, CHROOT).write({FINALIZED_FEATURE: 1}, -1)
+        for name in ("gw-a", "gw-b"):
+            gateways(
+                "--zookeeper",
+                zookeeper.connect_string,
+                "--zookeeper-chroot",
+                CHROOT,
+                "--gateway-id",
+                name,
+                *worker_args(),
+                metrics=True,
+                name=name,
+            )
+        prometheus.start()
+        prometheus.set_targets([gw.metrics_address for gw in gateways.processes])
+        prometheus.wait_targets_up()
+
+        traffic_started = time.time()
+        client = ConfluentDriver()
+        topic = f"t-scraped-{int(traffic_started)}"
+        client.create_topic(gateways.processes[0].bootstrap, topic)
+        for gw in gateways.processes:
+            values = [f"{gw.name}-{i}".encode() for i in range(20)]
+            client.produce(gw.bootstrap, topic, values, acks="all")
+        for gw in gateways.processes:
+            assert len(client.consume_assigned(gw.bootstrap, topic, 40)) == 40
+        # A connection that stays open, so connection gauges read above zero.
+        first = gateways.processes[0]
+        probe = KafkaConnection(first.host, first.port)
+        probe.api_versions(3)
+        for gw in gateways.processes:
+            prometheus.wait_for(
+                f'kafka_gateway_requests_total{{api="Fetch", instance="{gw.metrics_address}"}}'
+            )
+            prometheus.wait_for(
+                f'kafka_gateway_feature_finalized_epoch{{instance="{gw.metrics_address}"}}'
+                f" == {epoch}"
+            )
+        prometheus.wait_for(
+            f'kafka_gateway_connections_active{{instance="{first.metrics_address}"}} > 0'
+        )
+        yield Scraped(prometheus, list(gateways.processes), topic, traffic_started)
+    finally:
+        if probe is not None:
+            probe.close()
+        prometheus.stop()
+        problems = gateways.close()
+        if zk_client is not None:
+            zk_client.stop()
+            zk_client.close()
+        zookeeper.stop()
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+def contract_series(name: str, kind: str) -> dict[str, str]:
+    """Series name -> family name for one entry of the contract, as Prometheus stores it."""
+    if kind == "counter":
+        return {f"{name}_total": name}
+    if kind == "histogram":
+        return {f"{name}{suffix}": name for suffix in ("_bucket", "_sum", "_count")}
+    return {name: name}
+
+
+def test_stored_series_carry_the_contracts_names_labels_and_types(scraped: Scraped) -> None:
+    prometheus = scraped.prometheus
+    by_series: dict[str, str] = {}
+    for name, (kind, _) in PINNED.items():
+        by_series.update(contract_series(name, kind))
+
+    stored_names = {
+        n for n in prometheus.label_values("__name__") if n.startswith("kafka_gateway_")
+    }
+    assert stored_names - set(by_series) == set(), "stored series outside the contract"
+
+    # Types as Prometheus recorded them from the TYPE lines it scraped.
+    metadata = prometheus.metadata()
+    for name, (kind, _) in PINNED.items():
+        # The text format names a counter's family with its _total suffix.
+        entries = metadata.get(name) or metadata.get(f"{name}_total")
+        assert entries, f"{name}: no metadata stored"
+        assert {e["type"] for e in entries} == {kind}, f"{name}: {entries}"
+
+    for series_name in sorted(stored_names):
+        family = by_series[series_name]
+        own_labels = set(PINNED[family][1]) | ({"le"} if series_name.endswith("_bucket") else set())
+        label_sets = prometheus.series(series_name)
+        for labels in label_sets:
+            assert set(labels) - TARGET_LABELS == own_labels, f"{series_name}: {labels}"
+            assert labels["job"] == "kafka-gateway" and labels["kafka_cluster"] == KAFKA_CLUSTER
+        assert {labels["instance"] for labels in label_sets} == scraped.instances, series_name
+
+    # What Prometheus stored is what each gateway exposes (no series lost in the scrape).
+    for gw in scraped.gateways:
+        exposed = {n for n in exposed_series(gw) if n.startswith("kafka_gateway_")}
+        stored = {
+            n for n in stored_names if prometheus.series(f'{n}{{instance="{gw.metrics_address}"}}')
+        }
+        assert stored == exposed, gw.name
+
+
+def test_the_real_alert_rules_evaluate_cleanly_and_stay_quiet(scraped: Scraped) -> None:
+    # The real alerts.yml against real series: every rule evaluates without error, and
+    # two healthy gateways on one epoch raise nothing (not even pending).
+    rules = scraped.prometheus.rules_evaluated_since(time.time())
+    assert {r["name"] for r in rules} == {r["alert"] for r in alert_rules()}
+    for rule in rules:
+        assert rule["health"] == "ok", rule
+        assert rule["state"] == "inactive", rule
