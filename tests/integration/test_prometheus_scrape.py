@@ -3,13 +3,15 @@
 The smoke test checks the harness itself. The module-scoped ``scraped`` setup runs two
 gateways (``WORKERS`` worker processes each, where the gateway has ``--workers``) on one
 ZooKeeper, real librdkafka traffic through both, and a Prometheus that scrapes them with
-the real ``deploy/prometheus/alerts.yml`` loaded; tests/integration/test_dashboard.py
-runs the Grafana dashboard's queries against the same setup.
+the real ``deploy/prometheus/alerts.yml`` loaded. The Grafana dashboard's queries run
+against the same setup (Grafana's interpolation done by tests/harness/grafana.py).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
 import subprocess
 import sys
 import time
@@ -23,10 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.features.store import FeatureStore, make_client
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness.grafana import interpolate, panels, resolve_variables
 from tests.harness.prometheus import PrometheusProcess, prometheus_binary
 from tests.integration.conftest import CHROOT
 from tests.integration.test_clients import ConfluentDriver
 from tests.integration.test_metrics import PINNED
+from tests.unit.test_dashboard import DASHBOARD, generator
 from tests.unit.test_deploy import PROM, alert_rules
 
 # Worker processes per gateway (issue 12's `--workers`). /metrics must be the sum over a
@@ -226,3 +230,70 @@ def test_the_real_alert_rules_evaluate_cleanly_and_stay_quiet(scraped: Scraped) 
     for rule in rules:
         assert rule["health"] == "ok", rule
         assert rule["state"] == "inactive", rule
+
+
+# --------------------------------------------------------------------------------------
+# The Grafana dashboard's queries
+# --------------------------------------------------------------------------------------
+
+# Issue 12's metric: its panel must return data once gateways export it, and exactly
+# "No data" until then.
+WORKER_RESTARTS: str = generator().WORKER_RESTARTS
+
+
+def finite_values(result: list[dict[str, object]]) -> list[float]:
+    """The non-NaN sample values of an instant or range query result."""
+    values: list[float] = []
+    for series in result:
+        samples = series.get("values") or [series["value"]]
+        values += [float(v) for _, v in samples]  # type: ignore[attr-defined]
+    return [v for v in values if not math.isnan(v)]
+
+
+def test_every_dashboard_query_returns_data_after_live_traffic(scraped: Scraped) -> None:
+    prometheus = scraped.prometheus
+    board = json.loads(DASHBOARD.read_text())
+    # The variables' queries list what was scraped; select every option, as "All" does.
+    variables = resolve_variables(board, prometheus)
+    assert variables == {"kafka_cluster": [KAFKA_CLUSTER], "instance": sorted(scraped.instances)}
+
+    restarts_exported = WORKER_RESTARTS in prometheus.label_values("__name__")
+    end = time.time()
+    start = scraped.traffic_started - 5  # the range a "last N minutes" view covers
+    step = prometheus.interval_s
+    empty, unexpected = [], []
+    checked = 0
+    for panel in panels(board):
+        for target in panel["targets"]:
+            expr = interpolate(
+                target["expr"],
+                variables,
+                step_s=step,
+                scrape_interval_s=prometheus.interval_s,
+                range_s=end - start,
+            )
+            if target.get("instant"):
+                result = prometheus.query(expr)
+            else:
+                result = prometheus.query_range(expr, start, end, step)
+            where = (panel["title"], target["refId"], expr)
+            checked += 1
+            if WORKER_RESTARTS in expr and not restarts_exported:
+                if result:
+                    unexpected.append(where)
+            elif not finite_values(result):
+                empty.append(where)
+    assert not empty, f"queries without data: {empty}"
+    assert not unexpected, f"{WORKER_RESTARTS} is not exported, yet returned data: {unexpected}"
+    assert checked >= len(list(panels(board)))
+
+    # The annotation query runs too; nothing fires on this healthy pair.
+    for annotation in board["annotations"]["list"]:
+        expr = interpolate(
+            annotation["expr"],
+            variables,
+            step_s=step,
+            scrape_interval_s=prometheus.interval_s,
+            range_s=end - start,
+        )
+        assert prometheus.query(expr) == []
