@@ -21,6 +21,7 @@ import yaml
 from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import KafkaConnection, ZooKeeperProcess
+from tests.harness.grafana import interpolate, panels, resolve_variables
 from tests.harness.prometheus import PrometheusProcess, prometheus_binary
 from tests.integration.test_features import (
     CATALOGUE_A,
@@ -32,6 +33,7 @@ from tests.integration.test_features import (
     wait_for,
 )
 from tests.integration.test_prometheus_scrape import KAFKA_CLUSTER, worker_args
+from tests.unit.test_dashboard import board
 from tests.unit.test_deploy import PROM, parse_duration_s
 
 FOR_SCALE = 60
@@ -52,6 +54,26 @@ def rules_for_tests(source: Path, dest: Path) -> dict[str, Any]:
                 rule["for"] = f"{parse_duration_s(rule['for']) / FOR_SCALE:g}s"
     dest.write_text(yaml.safe_dump(rules, sort_keys=False))
     return rules
+
+
+def dashboard_query(prometheus: PrometheusProcess, expr: str) -> list[dict[str, Any]]:
+    """An instant query of the dashboard, with every option of its variables selected."""
+    variables = resolve_variables(board(), prometheus)
+    concrete = interpolate(
+        expr,
+        variables,
+        step_s=prometheus.interval_s,
+        scrape_interval_s=prometheus.interval_s,
+        range_s=60,
+    )
+    return prometheus.query(concrete)
+
+
+def dashboard_values(prometheus: PrometheusProcess, title: str) -> list[float]:
+    """The current values of the dashboard panel titled ``title`` (its first query)."""
+    (panel,) = [p for p in panels(board()) if p["title"] == title]
+    result = dashboard_query(prometheus, panel["targets"][0]["expr"])
+    return [float(r["value"][1]) for r in result]
 
 
 def test_the_test_copy_differs_from_alerts_yml_only_in_shorter_for_durations(
@@ -131,6 +153,11 @@ def test_epoch_divergence_fires_when_gateways_serve_different_epochs_and_resolve
     )
     assert float(alert["value"]) == epoch  # the highest epoch, as the description says
     assert f"(highest is {epoch})" in alert["annotations"]["description"]
+    # The dashboard shows it: its divergence panel reads 1 (red from 1 up), and the
+    # alert is among its annotations.
+    assert dashboard_values(prometheus, "Feature epoch divergence") == [epoch - -1]
+    annotation = dashboard_query(prometheus, board()["annotations"]["list"][0]["expr"])
+    assert "KafkaGatewayFeatureEpochDivergence" in {a["metric"]["alertname"] for a in annotation}
 
     # gw-b's chroot gets the same epoch: the gateways agree again and the alert resolves.
     other = FeatureStore(store.client, OTHER_CHROOT)
@@ -148,6 +175,7 @@ def test_epoch_divergence_fires_when_gateways_serve_different_epochs_and_resolve
         timeout=30,
         what="the divergence alert to resolve",
     )
+    assert dashboard_values(prometheus, "Feature epoch divergence") == [0]
 
 
 def test_a_burst_of_gated_requests_fires_the_rejected_requests_alert_for_its_reason(
