@@ -83,6 +83,21 @@ def series(title: str, description: str, unit: str) -> timeseries.Panel:
     )
 
 
+def status(title: str, description: str, colors: dash.ThresholdsConfig) -> stat.Panel:
+    """A stat panel whose background takes the threshold colour of the latest value."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .height(8)
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
+        .thresholds(colors)
+    )
+
+
 def thresholds(*steps: tuple[float | None, str]) -> dash.ThresholdsConfig:
     return (
         dash.ThresholdsConfig()
@@ -224,20 +239,14 @@ def features() -> list[object]:
     epoch = "kafka_gateway_feature_finalized_epoch"
     per_cluster = 'kafka_cluster=~"$kafka_cluster"'
     return [
-        stat.Panel()
-        .title("Feature epoch divergence")
-        .description(
+        status(
+            "Feature epoch divergence",
             "Highest minus lowest finalized epoch among a cluster's gateways (all of them, "
             "whatever the instance filter). Above 0 the gateways gate requests differently: "
-            "the lagging ones have probably lost ZooKeeper (KafkaGatewayFeatureEpochDivergence)."
+            "the lagging ones have probably lost ZooKeeper (KafkaGatewayFeatureEpochDivergence).",
+            thresholds((None, "green"), (1, "red")),
         )
-        .datasource(DATASOURCE)
         .span(6)
-        .height(8)
-        .color_mode(common.BigValueColorMode.BACKGROUND)
-        .graph_mode(common.BigValueGraphMode.NONE)
-        .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
-        .thresholds(thresholds((None, "green"), (1, "red")))
         .with_target(
             query(
                 f"max by (kafka_cluster) ({epoch}{{{per_cluster}}})"
@@ -294,19 +303,13 @@ def zookeeper_and_workers() -> list[object]:
                 "{{instance}}",
             )
         ),
-        stat.Panel()
-        .title("Gateway status")
-        .description(
+        status(
+            "Gateway status",
             "Per gateway: scraped (up), ZooKeeper session connected, healthy (can serve the "
-            "finalized levels). 0 is red."
+            "finalized levels). 0 is red.",
+            thresholds((None, "red"), (1, "green")),
         )
-        .datasource(DATASOURCE)
         .span(8)
-        .height(8)
-        .color_mode(common.BigValueColorMode.BACKGROUND)
-        .graph_mode(common.BigValueGraphMode.NONE)
-        .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
-        .thresholds(thresholds((None, "red"), (1, "green")))
         .with_target(
             query(f'min by (instance) (up{{job="kafka-gateway", {SELECTED}}})', "{{instance}} up")
         )

@@ -29,6 +29,7 @@ from tests.harness.grafana import interpolate, panels, resolve_variables
 from tests.harness.prometheus import PrometheusProcess, prometheus_binary
 from tests.integration.conftest import CHROOT
 from tests.integration.test_clients import ConfluentDriver
+from tests.integration.test_features import CATALOGUE_A, FEATURE, start_gateway
 from tests.integration.test_metrics import PINNED
 from tests.unit.test_dashboard import DASHBOARD, generator
 from tests.unit.test_deploy import PROM, alert_rules
@@ -41,8 +42,6 @@ WORKERS = 2
 KAFKA_CLUSTER = "test"
 # Labels Prometheus adds to every scraped series (the target's), not the gateway's own.
 TARGET_LABELS = frozenset({"__name__", "instance", "job", "kafka_cluster"})
-# A feature the default catalogue knows and Tansu can serve (it gates no API version).
-FINALIZED_FEATURE = "eligible.leader.replicas.version"
 
 
 @functools.cache
@@ -121,19 +120,9 @@ def scraped(
         zk_client = make_client(zookeeper.connect_string)
         zk_client.start(timeout=15)
         # Finalized before the gateways start, so their level and epoch series carry it.
-        epoch = FeatureStore(zk_client, CHROOT).write({FINALIZED_FEATURE: 1}, -1)
+        epoch = FeatureStore(zk_client, CHROOT).write({FEATURE: 1}, -1)
         for name in ("gw-a", "gw-b"):
-            gateways(
-                "--zookeeper",
-                zookeeper.connect_string,
-                "--zookeeper-chroot",
-                CHROOT,
-                "--gateway-id",
-                name,
-                *worker_args(),
-                metrics=True,
-                name=name,
-            )
+            start_gateway(gateways, zookeeper, workdir, name, CATALOGUE_A, *worker_args())
         prometheus.start()
         prometheus.set_targets([gw.metrics_address for gw in gateways.processes])
         prometheus.wait_targets_up()
@@ -261,17 +250,21 @@ def test_every_dashboard_query_returns_data_after_live_traffic(scraped: Scraped)
     end = time.time()
     start = scraped.traffic_started - 5  # the range a "last N minutes" view covers
     step = prometheus.interval_s
+
+    def concrete(expr: str) -> str:
+        return interpolate(
+            expr,
+            variables,
+            step_s=step,
+            scrape_interval_s=prometheus.interval_s,
+            range_s=end - start,
+        )
+
     empty, unexpected = [], []
     checked = 0
     for panel in panels(board):
         for target in panel["targets"]:
-            expr = interpolate(
-                target["expr"],
-                variables,
-                step_s=step,
-                scrape_interval_s=prometheus.interval_s,
-                range_s=end - start,
-            )
+            expr = concrete(target["expr"])
             if target.get("instant"):
                 result = prometheus.query(expr)
             else:
@@ -289,11 +282,4 @@ def test_every_dashboard_query_returns_data_after_live_traffic(scraped: Scraped)
 
     # The annotation query runs too; nothing fires on this healthy pair.
     for annotation in board["annotations"]["list"]:
-        expr = interpolate(
-            annotation["expr"],
-            variables,
-            step_s=step,
-            scrape_interval_s=prometheus.interval_s,
-            range_s=end - start,
-        )
-        assert prometheus.query(expr) == []
+        assert prometheus.query(concrete(annotation["expr"])) == []
