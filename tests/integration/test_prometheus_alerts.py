@@ -10,6 +10,7 @@ real gateways export when the fault is caused.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ from tests.integration.test_features import (
 )
 from tests.integration.test_prometheus_scrape import KAFKA_CLUSTER, worker_args
 from tests.unit.test_dashboard import board
-from tests.unit.test_deploy import PROM, parse_duration_s
+from tests.unit.test_deploy import PROM, parse_duration_s, promtool
 
 FOR_SCALE = 60
 # A second chroot: a gateway configured with it reads other feature levels, as one
@@ -94,6 +95,14 @@ def test_the_test_copy_differs_from_alerts_yml_only_in_shorter_for_durations(
         }
         if "for" in a:
             assert parse_duration_s(b["for"]) * FOR_SCALE == parse_duration_s(a["for"])
+    # Still a valid rule file for the Prometheus that loads it.
+    check = subprocess.run(
+        [promtool(), "check", "rules", str(tmp_path / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 @pytest.fixture
