@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.features.store import FeatureStore, make_client
 from tests.conftest import GatewayFactory
-from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness import GatewayProcess, KafkaConnection, ManagedProcess, ZooKeeperProcess
 from tests.harness.grafana import interpolate, panels, resolve_variables
 from tests.harness.prometheus import PrometheusProcess, prometheus_binary
 from tests.integration.conftest import CHROOT
@@ -96,6 +96,11 @@ class Scraped:
     @property
     def instances(self) -> set[str]:
         return {gw.metrics_address for gw in self.gateways}
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        """What tests/conftest.py attaches the logs of to a failed test's report."""
+        return [self.prometheus, *self.gateways]
 
 
 @pytest.fixture(scope="module")
