@@ -1,7 +1,7 @@
 """Build the kafka-gateway Grafana dashboard (dashboards/kafka-gateway.json).
 
-    python deploy/grafana/build_dashboard.py           # rewrite the JSON
-    python deploy/grafana/build_dashboard.py --check   # exit 1 if the JSON is out of date
+    .venv/bin/python deploy/grafana/build_dashboard.py           # rewrite the JSON
+    .venv/bin/python deploy/grafana/build_dashboard.py --check   # exit 1 if out of date
 
 Written with grafana-foundation-sdk, Grafana's own typed builders, instead of by hand:
 the JSON is generated, and tests/unit/test_dashboard.py checks that the committed file is
@@ -29,6 +29,8 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 OUTPUT = Path(__file__).resolve().parent / "dashboards" / "kafka-gateway.json"
+# From the repository root, with the project's virtualenv (it has the SDK: test extra).
+REGENERATE = ".venv/bin/python deploy/grafana/build_dashboard.py"
 UID = "kafka-gateway"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # The gateways the variables select; every panel query but the epoch divergence uses it.
@@ -426,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = OUTPUT.read_text() if OUTPUT.exists() else ""
         if current != text:
-            print(f"{OUTPUT} is stale: run python {Path(__file__).name}", file=sys.stderr)
+            print(f"{OUTPUT} is stale: run {REGENERATE}", file=sys.stderr)
             return 1
         return 0
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
