@@ -13,11 +13,13 @@ instant queries, range queries, targets and alerts (``/api/v1/...``).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,26 @@ def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def _unix_time(stamp: str) -> float:
+    """Prometheus' RFC 3339 times (nanosecond fractions, which datetime cannot read)."""
+    match = _RFC3339.fullmatch(stamp)
+    if match is None:
+        raise HarnessError(f"prometheus: unreadable time {stamp!r}")
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    whole = datetime.fromisoformat(match[1] + zone).timestamp()
+    return whole + float(f"0.{match[2] or 0}")
+
+
 class PrometheusProcess(ManagedProcess):
     """``prometheus`` bound to loopback, scraping ``targets`` every second.
 
     ``rule_files`` are loaded as they are (alerting and recording rules), evaluated every
     second. ``job`` is the scrape job's name, which becomes the ``job`` label.
+    ``target_labels`` go on every target, as a deployment's scrape config sets them (the
+    alert rules group by ``kafka_cluster``).
     """
 
     start_timeout = 60.0
@@ -46,6 +63,7 @@ class PrometheusProcess(ManagedProcess):
         workdir: Path,
         targets: Iterable[str] = (),
         rule_files: Sequence[Path] = (),
+        target_labels: Mapping[str, str] | None = None,
         job: str = "kafka-gateway",
         interval_s: float = 1.0,
         name: str = "prometheus",
@@ -65,6 +83,7 @@ class PrometheusProcess(ManagedProcess):
         self.targets_path = workdir / f"{name}-targets.json"
         self.data_dir = workdir / f"{name}-data"
         self._targets = list(targets)
+        self._target_labels = dict(target_labels or {})
 
     @property
     def url(self) -> str:
@@ -114,7 +133,7 @@ class PrometheusProcess(ManagedProcess):
     def _write_targets(self) -> None:
         # Written beside and renamed: Prometheus must never read a half-written file.
         tmp = self.targets_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([{"targets": self._targets, "labels": {}}]))
+        tmp.write_text(json.dumps([{"targets": self._targets, "labels": self._target_labels}]))
         tmp.replace(self.targets_path)
 
     # -- HTTP API -----------------------------------------------------------------------
@@ -147,6 +166,43 @@ class PrometheusProcess(ManagedProcess):
         targets: list[dict[str, Any]] = self.api("targets")["activeTargets"]
         return targets
 
+    def metadata(self) -> dict[str, list[dict[str, Any]]]:
+        """Metric family name -> ``[{"type", "help", "unit"}]`` as scraped (TYPE/HELP lines)."""
+        metadata: dict[str, list[dict[str, Any]]] = self.api("metadata")
+        return metadata
+
+    def series(self, match: str) -> list[dict[str, str]]:
+        """The label sets of every stored series that ``match`` selects."""
+        series: list[dict[str, str]] = self.api("series", **{"match[]": match})
+        return series
+
+    def label_values(self, label: str, match: str | None = None) -> list[str]:
+        """Values of ``label`` (over the series ``match`` selects), as Grafana's
+        ``label_values()`` variable query asks for them."""
+        params = {"match[]": match} if match else {}
+        values: list[str] = self.api(f"label/{label}/values", **params)
+        return values
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Every loaded rule with its state, health and last evaluation time."""
+        groups = self.api("rules")["groups"]
+        return [rule for group in groups for rule in group["rules"]]
+
+    def rules_evaluated_since(self, since: float, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Wait until every loaded rule was evaluated after Unix time ``since``; return them.
+
+        A rule's state read before that may predate the series a test just caused.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            rules = self.rules()
+            if rules and all(_unix_time(r["lastEvaluation"]) > since for r in rules):
+                return rules
+            if time.monotonic() >= deadline:
+                stamps = {r["name"]: r["lastEvaluation"] for r in rules}
+                raise HarnessError(f"prometheus: rules not evaluated since {since}: {stamps}")
+            time.sleep(self.interval_s / 2)
+
     def firing_alerts(self) -> list[dict[str, Any]]:
         alerts: list[dict[str, Any]] = self.api("alerts")["alerts"]
         return [a for a in alerts if a.get("state") == "firing"]
@@ -160,6 +216,22 @@ class PrometheusProcess(ManagedProcess):
                 return result
             if time.monotonic() >= deadline:
                 raise HarnessError(f"prometheus: {expr!r} returned nothing for {timeout:g} s")
+            time.sleep(self.interval_s / 2)
+
+    def wait_for_alert(self, name: str, timeout: float = 60.0, **labels: str) -> dict[str, Any]:
+        """Poll until alert ``name`` fires with (at least) ``labels``; return that alert."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for alert in self.firing_alerts():
+                if alert["labels"].get("alertname") == name and (
+                    labels.items() <= alert["labels"].items()
+                ):
+                    return alert
+            if time.monotonic() >= deadline:
+                states = [(a["labels"], a.get("state")) for a in self.api("alerts")["alerts"]]
+                raise HarnessError(
+                    f"prometheus: alert {name} {labels} not firing after {timeout:g} s: {states}"
+                )
             time.sleep(self.interval_s / 2)
 
     def wait_targets_up(self, timeout: float = 30.0) -> None:

@@ -600,10 +600,10 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
 
-def test_compose_runs_zookeeper_kraft_kafka_the_gateway_and_prometheus() -> None:
+def test_compose_runs_zookeeper_kraft_kafka_the_gateway_prometheus_and_grafana() -> None:
     services = compose()["services"]
-    assert set(services) == {"zookeeper", "kafka", "gateway", "prometheus"}
-    for name in ("zookeeper", "kafka", "prometheus"):
+    assert set(services) == {"zookeeper", "kafka", "gateway", "prometheus", "grafana"}
+    for name in ("zookeeper", "kafka", "prometheus", "grafana"):
         assert DIGEST.match(services[name]["image"]), name
     kafka = services["kafka"]
     assert kafka["image"].startswith("apache/kafka:4.")  # ZooKeeper mode is gone in 4
@@ -648,6 +648,52 @@ def test_compose_prometheus_scrapes_the_gateway_with_the_repo_config() -> None:
     (job,) = config["scrape_configs"]
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
     assert targets == ["gateway:9404"]
+
+
+GRAFANA = DEPLOY / "grafana"
+
+
+def test_compose_grafana_is_provisioned_with_this_prometheus_and_the_dashboard() -> None:
+    services = compose()["services"]
+    grafana = services["grafana"]
+    assert grafana["image"].startswith("grafana/grafana:")
+    assert grafana["depends_on"] == ["prometheus"]
+    mounts = {}
+    for volume in grafana["volumes"]:
+        source, target, mode = volume.split(":")
+        assert mode == "ro", volume
+        assert (DEPLOY / source).is_dir(), volume
+        mounts[target] = (DEPLOY / source).resolve()
+    provisioning = Path("/etc/grafana/provisioning")
+    assert {t for t in mounts if t.startswith(f"{provisioning}/")} == {
+        f"{provisioning}/datasources",
+        f"{provisioning}/dashboards",
+    }
+
+    # The data source is the compose Prometheus, with its scrape interval (Grafana
+    # derives $__rate_interval from timeInterval).
+    (ds_file,) = mounts[f"{provisioning}/datasources"].glob("*.yml")
+    (datasource,) = yaml.safe_load(ds_file.read_text())["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["isDefault"] is True
+    prom_port = services["prometheus"]["ports"][0].split(":")[-1]
+    assert datasource["url"] == f"http://prometheus:{prom_port}"
+    scrape = yaml.safe_load((PROM / "prometheus.yml").read_text())["global"]["scrape_interval"]
+    assert datasource["jsonData"]["timeInterval"] == scrape
+
+    # The dashboard provider reads the directory the dashboard JSON is mounted at.
+    (db_file,) = mounts[f"{provisioning}/dashboards"].glob("*.yml")
+    (provider,) = yaml.safe_load(db_file.read_text())["providers"]
+    assert provider["type"] == "file"
+    path = provider["options"]["path"]
+    assert mounts[path] == (GRAFANA / "dashboards").resolve()
+    dashboards = sorted(p.name for p in (GRAFANA / "dashboards").glob("*.json"))
+    assert dashboards == ["kafka-gateway.json"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{path}/kafka-gateway.json"
+    # Its data source variable offers Prometheus data sources, so it finds this one.
+    board = json.loads((GRAFANA / "dashboards" / "kafka-gateway.json").read_text())
+    (ds_var,) = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    assert ds_var["query"] == datasource["type"]
 
 
 def compose_v2_available() -> bool:
