@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from gateway.features.store import FeatureStore
-from tests.conftest import GatewayFactory
+from tests.conftest import GatewayFactory, require_tool
 from tests.harness import KafkaConnection, ZooKeeperProcess
 from tests.harness.grafana import interpolate, panels, resolve_variables
-from tests.harness.prometheus import PrometheusProcess, prometheus_binary
+from tests.harness.prometheus import PrometheusProcess
 from tests.integration.test_features import (
     CATALOGUE_A,
     FEATURE,
@@ -108,8 +108,7 @@ def test_the_test_copy_differs_from_alerts_yml_only_in_shorter_for_durations(
 @pytest.fixture
 def alerting_prometheus(tmp_path: Path) -> Iterator[PrometheusProcess]:
     """A real Prometheus evaluating alerts.yml's rules with FOR_SCALE-times shorter ``for``."""
-    if prometheus_binary() is None:
-        pytest.skip("missing tool: prometheus (Debian package prometheus)")
+    require_tool("prometheus")
     workdir = tmp_path / "prometheus"
     workdir.mkdir()
     rules = workdir / "alerts-for-tests.yml"
