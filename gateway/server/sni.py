@@ -1,0 +1,107 @@
+"""One TLS port for a whole cluster: each connection goes to the broker its TLS server
+name (SNI) names.
+
+Cluster mode with ``[sni] broker_host = "broker-{node_id}.kafka.example.com"``: the
+bootstrap listener is the only listener. Every broker is advertised as its name under
+that pattern on the shared port (``ClusterRouter.advertise``), so a client's connection
+to broker 3 carries the server name ``broker-3.kafka.example.com`` in its ClientHello;
+the bootstrap name (``[sni] bootstrap_host``, default the advertised host) reaches the
+configured upstream. Any other name, or none, is refused during the handshake with the
+TLS alert ``unrecognized_name``, a rate-limited log line and
+``kafka_gateway_sni_refused_total{reason}``.
+
+Why ``SSLContext.sni_callback`` and not a peek at the ClientHello before the handshake:
+the standard library already parses the ClientHello, the callback runs before the
+server's first flight (so a refusal costs the client no certificate exchange), and it
+works the same under uvloop and asyncio. The callback receives the connection's
+``SSLObject``; the route is stored on it and read back in
+``ClientConnection.connection_made`` through ``transport.get_extra_info("ssl_object")``,
+which is that same object once the handshake is done.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..config import sni_node_id
+from ..observability.logging import Throttle, get_logger
+
+if TYPE_CHECKING:
+    from ..config import Config, HostPort
+    from ..observability.metrics import Metrics
+    from .routing import ClusterRouter
+
+log = get_logger("gateway.sni")
+
+# The attribute of the SSLObject that carries the route from the handshake to the
+# connection; prefixed so it cannot shadow anything the ssl module may add.
+_ROUTE = "_kafka_gateway_route"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    listener: str  # "bootstrap" or "broker-<node id>", as the per-port listeners are named
+    upstream: HostPort
+
+
+class SniRouter:
+    """Maps TLS server names to upstream brokers for the one shared listener."""
+
+    def __init__(self, config: Config, router: ClusterRouter, metrics: Metrics) -> None:
+        assert config.sni_broker_host is not None and config.upstream is not None
+        self._pattern = config.sni_broker_host
+        self._bootstrap_name = config.sni_bootstrap.lower()
+        self._bootstrap = Route("bootstrap", config.upstream)
+        self._router = router
+        self._metrics = metrics
+        # A client (or a scanner) can send bad names in a loop: one line per reason per 10 s.
+        self._throttle = Throttle(10.0)
+
+    def install(self, context: ssl.SSLContext) -> None:
+        """Route by server name on every connection accepted with ``context``."""
+        context.sni_callback = self._on_server_name
+
+    def route(self, server_name: str | None) -> Route | str:
+        """The route for a server name, or the reason it has none."""
+        if server_name is None:
+            return "missing_server_name"
+        if server_name.lower() == self._bootstrap_name:
+            return self._bootstrap
+        node_id = sni_node_id(self._pattern, server_name)
+        if node_id is None:
+            return "unknown_server_name"
+        try:
+            return Route(f"broker-{node_id}", self._router.upstream_for(node_id))
+        except KeyError:
+            # Matches the pattern, but no Metadata named this broker yet (e.g. a client
+            # with cached metadata after a gateway restart): it retries via bootstrap.
+            return "unknown_broker"
+
+    @staticmethod
+    def routed(ssl_object: object) -> Route | None:
+        """The route the handshake chose for this connection's SSLObject."""
+        return getattr(ssl_object, _ROUTE, None)
+
+    def _on_server_name(
+        self, ssl_object: ssl.SSLObject, server_name: str | None, _context: ssl.SSLContext
+    ) -> int | None:
+        route = self.route(server_name)
+        if isinstance(route, Route):
+            setattr(ssl_object, _ROUTE, route)
+            return None
+        self._metrics.sni_refused.labels(route).inc()
+        suppressed = self._throttle.allow(route)
+        if suppressed is not None:
+            log.warning(
+                "sni.refused",
+                reason=route,
+                server_name=server_name,
+                bootstrap_name=self._bootstrap_name,
+                broker_names=self._pattern,
+                suppressed=suppressed,
+                hint="clients must connect by the bootstrap name or a broker name from "
+                "Metadata, and send it as TLS server name (SNI)",
+            )
+        return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
