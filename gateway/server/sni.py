@@ -6,9 +6,10 @@ bootstrap listener is the only listener. Every broker is advertised as its name 
 that pattern on the shared port (``ClusterRouter.advertise``), so a client's connection
 to broker 3 carries the server name ``broker-3.kafka.example.com`` in its ClientHello;
 the bootstrap name (``[sni] bootstrap_host``, default the advertised host) reaches the
-configured upstream. Any other name, or none, is refused during the handshake with the
-TLS alert ``unrecognized_name``, a rate-limited log line and
-``kafka_gateway_sni_refused_total{reason}``.
+configured upstream. Any other name, or none, is refused during the handshake, with a
+rate-limited log line and ``kafka_gateway_sni_refused_total{reason}``. OpenSSL makes
+the TLS alert ``unrecognized_name``; uvloop closes the socket on a failed handshake
+without flushing it, so a client may see only the close.
 
 Why ``SSLContext.sni_callback`` and not a peek at the ClientHello before the handshake:
 the standard library already parses the ClientHello, the callback runs before the

@@ -81,14 +81,20 @@ def confluent(**settings: Any) -> ConfluentDriver:
 
 
 def tls_connection(
-    gw: GatewayProcess, ca: str | None, cert: str | None = None, key: str | None = None
+    gw: GatewayProcess,
+    ca: str | None,
+    cert: str | None = None,
+    key: str | None = None,
+    server_hostname: str | None = None,
 ) -> KafkaConnection:
-    """A raw Kafka connection wrapped in TLS (Python's ssl: independent of librdkafka)."""
+    """A raw Kafka connection wrapped in TLS (Python's ssl: independent of librdkafka);
+    ``server_hostname`` (SNI, and the name the certificate must hold) defaults to the
+    gateway's host."""
     ctx = ssl.create_default_context(cafile=ca)
     if cert is not None:
         ctx.load_cert_chain(cert, key)
     conn = KafkaConnection(gw.host, gw.port, timeout=OP_TIMEOUT_S)
-    conn._sock = ctx.wrap_socket(conn._sock, server_hostname=gw.host)
+    conn._sock = ctx.wrap_socket(conn._sock, server_hostname=server_hostname or gw.host)
     return conn
 
 
