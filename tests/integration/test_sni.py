@@ -205,8 +205,10 @@ def test_real_client_creates_produces_and_consumes_through_the_one_port(
     gateway_factory, broker_factory, sni_pki, tmp_path, driver, unique_topic
 ):
     ca, cert = sni_pki
-    tansu = broker_factory()  # advertises an unreachable host
-    gw = sni_gateway(gateway_factory, tmp_path, cert, tansu.bootstrap)
+    tansu = broker_factory()
+    # Tansu advertises an unreachable host: clients only reach it by the names the
+    # gateway advertises, and the gateway dials it where broker_upstreams says.
+    gw = sni_gateway(gateway_factory, tmp_path, cert, tansu.bootstrap, n111=tansu.bootstrap)
     names = [BOOTSTRAP, f"broker-111.{DOMAIN}"]
     result = run_client(tmp_path, driver, names, f"{BOOTSTRAP}:{gw.port}", unique_topic, ca)
     assert result["consumed"] == result["produced"]
