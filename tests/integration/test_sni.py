@@ -37,6 +37,7 @@ from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.describe_cluster import strip_software_per_broker
 from tests.harness import GatewayProcess, KafkaConnection
 from tests.harness.kafka_wire import decode
+from tests.integration.test_features import metric
 from tests.integration.test_tls import tls_connection
 
 DOMAIN = "kafka.test"
@@ -93,14 +94,8 @@ def describe_cluster(conn: KafkaConnection):
     return decode(load_response_schema(60, 1), body)
 
 
-def refused(gw: GatewayProcess) -> dict[str, float]:
-    text = urllib.request.urlopen(gw.metrics_url, timeout=5).read().decode()
-    return {
-        sample.labels["reason"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "kafka_gateway_sni_refused_total"
-    }
+def refused(gw: GatewayProcess, reason: str) -> float | None:
+    return metric(gw, f'kafka_gateway_sni_refused_total{{reason="{reason}"}}')
 
 
 def test_each_server_name_reaches_its_own_upstream(
@@ -160,8 +155,8 @@ def test_an_unknown_server_name_is_refused_with_unrecognized_name(
     with conn, pytest.raises(ssl.SSLError, match=REFUSED):
         context.wrap_socket(conn._sock)
     gw.wait_for_log(rf'"server_name": "{re.escape(name)}".*"sni\.refused"')
-    assert refused(gw)[reason] == 1
-    assert refused(gw)["missing_server_name"] == 1
+    assert refused(gw, reason) == 1
+    assert refused(gw, "missing_server_name") == 1
     # The gateway keeps serving the names it knows.
     with tls_connection(gw, ca, server_hostname=BOOTSTRAP) as conn:
         assert conn.api_versions(3).error_code == 0
