@@ -1,0 +1,89 @@
+"""Advertised overrides: the address the gateway listens on need not be the one it
+advertises. A socat port forward stands in for a load balancer or a NodePort; the
+client knows only the forwarded ports, and every broker address the gateway writes
+(Metadata, FindCoordinator, DescribeCluster) names them. Tansu advertises an
+unreachable host, so nothing works unless those rewrites are right. The KIP-951
+endpoints (which Tansu never sends) are covered in tests/unit/test_edge_routing.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.static.primitive import i8
+
+from tests.conftest import require_tool
+from tests.harness import LOOPBACK, KafkaConnection, free_port
+from tests.integration.test_clients import ConfluentDriver
+from tests.integration.test_sni import describe_cluster, metadata
+from tests.integration.test_tls import PortForward
+
+
+@pytest.fixture
+def port_forward(tmp_path):
+    """``port_forward(upstream)``: a started socat forwarding a fresh port there."""
+    require_tool("socat")
+    started: list[PortForward] = []
+
+    def start(upstream: str) -> PortForward:
+        part = PortForward(tmp_path, upstream, name=f"forward-{len(started) + 1}")
+        started.append(part)
+        return part.start()
+
+    yield start
+    for part in reversed(started):
+        part.stop()
+
+
+def advertised(port: int) -> dict[str, list[tuple[int, str, int]]]:
+    """Every broker address a client sees through the gateway at LOOPBACK:port."""
+    with KafkaConnection(LOOPBACK, port, timeout=10) as conn:
+        meta = metadata(conn)
+        coordinator = conn.request_entity(FindCoordinatorRequest(key="advertised", key_type=i8(0)))
+        described = describe_cluster(conn)
+    return {
+        "Metadata": [(b.node_id, b.host, b.port) for b in meta.brokers],
+        "FindCoordinator": [(coordinator.node_id, coordinator.host, coordinator.port)],
+        "DescribeCluster": [(b.broker_id, b.host, b.port) for b in described.brokers],
+    }
+
+
+def test_sidecar_advertises_the_port_forward_in_front_of_it(
+    gateway_factory, broker, port_forward, unique_topic
+):
+    listen = free_port()
+    forward = port_forward(f"{LOOPBACK}:{listen}")
+    gw = gateway_factory("--advertised-port", str(forward.port), port=listen)
+    seen = advertised(forward.port)
+    assert seen == {api: [(111, LOOPBACK, forward.port)] for api in seen}
+    # A real client given only the forwarded port works end to end.
+    driver = ConfluentDriver()
+    driver.create_topic(forward.address, unique_topic)
+    driver.produce(forward.address, unique_topic, [b"via", b"forward"], acks="all")
+    assert driver.consume_assigned(forward.address, unique_topic, 2) == [b"via", b"forward"]
+    assert gw.port == listen != forward.port
+
+
+def test_cluster_mode_advertises_a_per_broker_override(
+    gateway_factory, broker, port_forward, tmp_path, unique_topic
+):
+    bootstrap, broker_port = free_port(), free_port()
+    front = port_forward(f"{LOOPBACK}:{bootstrap}")
+    broker_front = port_forward(f"{LOOPBACK}:{broker_port}")
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        'mode = "cluster"\n'
+        "[cluster.ports]\n"
+        f"111 = {broker_port}\n"
+        "[cluster.broker_upstreams]\n"  # Tansu advertises an unreachable host
+        f'111 = "{broker.bootstrap}"\n'
+        "[cluster.advertised_brokers]\n"
+        f'111 = "{broker_front.address}"\n'
+    )
+    gateway_factory("--config", str(config), port=bootstrap)
+    seen = advertised(front.port)
+    assert seen == {api: [(111, LOOPBACK, broker_front.port)] for api in seen}
+    driver = ConfluentDriver()
+    driver.create_topic(front.address, unique_topic)
+    driver.produce(front.address, unique_topic, [b"per", b"broker"], acks="all")
+    assert driver.consume_assigned(front.address, unique_topic, 2) == [b"per", b"broker"]
