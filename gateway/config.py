@@ -394,11 +394,9 @@ def _validate_edge(cfg: Config) -> None:
             "sni.broker_host",
             "must hold {node_id} once and no other {...}, e.g. broker-{node_id}.kafka.example.com",
         )
-    if not all(_HOSTNAME.fullmatch(name) for name in (*names, cfg.sni_bootstrap)):
-        raise ConfigError(
-            "sni.broker_host" if cfg.sni_bootstrap_host is None else "sni.bootstrap_host",
-            "server names are DNS names (letters, digits, '-' and '.')",
-        )
+    for key, checked in (("sni.broker_host", names), ("sni.bootstrap_host", {cfg.sni_bootstrap})):
+        if not all(_HOSTNAME.fullmatch(name) for name in checked):
+            raise ConfigError(key, "server names are DNS names (letters, digits, '-' and '.')")
     if sni_node_id(cfg.sni_broker_host, cfg.sni_bootstrap) is not None:
         raise ConfigError("sni.bootstrap_host", "must not match the broker_host pattern")
 
