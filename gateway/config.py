@@ -135,7 +135,11 @@ class Config:
 
     @property
     def advertised(self) -> str:
-        return self.advertised_host or self.listen.host
+        if self.advertised_host:
+            return self.advertised_host
+        if self.sni_broker_host is not None and self.sni_bootstrap_host is not None:
+            return self.sni_bootstrap_host  # with SNI, the name clients bootstrap from
+        return self.listen.host
 
     @property
     def advertised_listen_port(self) -> int:
