@@ -270,13 +270,22 @@ class ClientConnection(asyncio.Protocol):
         if gated is not None:
             reason = "gated_by_feature"
         self.gateway.metrics.rejected.labels(reason).inc()
+        suppressed: dict[str, int] = {}
         if spec is None:
+            # unknown_api_keys = "close"; a client that uses a vendor key does so on
+            # every connection, so the line is rate-limited per key.
             self.gateway.metrics.unknown_api_keys.labels("close").inc()
+            held = _unknown_key_log.allow(("close", header.api_key))
+            if held is None:
+                self.close()
+                return
+            suppressed["suppressed"] = held
         payload = None
         if spec is not None and has_schema(header.api_key, header.api_version):
             payload = unsupported_version_response(header, body)
         log.warning(
             "request.rejected",
+            **suppressed,
             reason=reason,
             api_key=header.api_key,
             api=spec.name if spec else None,

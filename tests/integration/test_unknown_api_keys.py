@@ -137,12 +137,16 @@ def test_forward_passes_an_unknown_key_through_and_its_answer_back_untouched(
 
 def test_close_is_the_default_and_counts(gateway_factory, vendor_relay):
     gw = gateway_factory(upstream=vendor_relay.bootstrap, metrics=True)
-    with KafkaConnection(LOOPBACK, gw.port, timeout=10) as conn:
-        conn.send_frame(VENDOR_REQUEST)
-        with pytest.raises(ConnectionClosed):
-            conn.recv_frame(timeout=5)
+    for _ in range(3):
+        with KafkaConnection(LOOPBACK, gw.port, timeout=10) as conn:
+            conn.send_frame(VENDOR_REQUEST)
+            with pytest.raises(ConnectionClosed):
+                conn.recv_frame(timeout=5)
     assert vendor_relay.vendor_requests == []
-    assert counted(gw, "close") == 1
+    assert counted(gw, "close") == 3
+    # Every close counted, one line logged: a client that uses a vendor key does so on
+    # each connection.
+    assert gw.log_text().count('"reason": "unknown_api_key"') == 1
     assert counted(gw, "forward") == 0
     # Only that connection closed.
     with KafkaConnection(LOOPBACK, gw.port, timeout=10) as conn:
