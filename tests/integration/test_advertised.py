@@ -48,6 +48,14 @@ def advertised(port: int) -> dict[str, list[tuple[int, str, int]]]:
     }
 
 
+def round_trip(bootstrap: str, topic: str) -> None:
+    """librdkafka creates ``topic``, produces and reads back, knowing only ``bootstrap``."""
+    driver = ConfluentDriver()
+    driver.create_topic(bootstrap, topic)
+    driver.produce(bootstrap, topic, [b"through", b"the forward"], acks="all")
+    assert driver.consume_assigned(bootstrap, topic, 2) == [b"through", b"the forward"]
+
+
 def test_sidecar_advertises_the_port_forward_in_front_of_it(
     gateway_factory, broker, port_forward, unique_topic
 ):
@@ -57,10 +65,7 @@ def test_sidecar_advertises_the_port_forward_in_front_of_it(
     seen = advertised(forward.port)
     assert seen == {api: [(111, LOOPBACK, forward.port)] for api in seen}
     # A real client given only the forwarded port works end to end.
-    driver = ConfluentDriver()
-    driver.create_topic(forward.address, unique_topic)
-    driver.produce(forward.address, unique_topic, [b"via", b"forward"], acks="all")
-    assert driver.consume_assigned(forward.address, unique_topic, 2) == [b"via", b"forward"]
+    round_trip(forward.address, unique_topic)
     assert gw.port == listen != forward.port
 
 
@@ -83,7 +88,4 @@ def test_cluster_mode_advertises_a_per_broker_override(
     gateway_factory("--config", str(config), port=bootstrap)
     seen = advertised(front.port)
     assert seen == {api: [(111, LOOPBACK, broker_front.port)] for api in seen}
-    driver = ConfluentDriver()
-    driver.create_topic(front.address, unique_topic)
-    driver.produce(front.address, unique_topic, [b"per", b"broker"], acks="all")
-    assert driver.consume_assigned(front.address, unique_topic, 2) == [b"per", b"broker"]
+    round_trip(front.address, unique_topic)

@@ -21,6 +21,7 @@ from gateway.server.sni import Route, SniRouter
 from .test_addresses import (
     ENDPOINTS,
     NODE_ENDPOINT_CASES,
+    UNCHANGED_CASES,
     build,
     metadata,
     response_cls,
@@ -64,19 +65,7 @@ def addresses(entity: Any, router: Any) -> list[tuple[str, int]]:
 
 
 RESPONSES = [
-    ("metadata-v1", lambda: metadata(1)),
-    ("metadata-v12", lambda: metadata(12)),
-    (
-        "find_coordinator-v3",
-        lambda: build(response_cls("find_coordinator", 3), node_id=7, host="10.0.0.7", port=9092),
-    ),
-    (
-        "find_coordinator-v4",
-        lambda: build(
-            response_cls("find_coordinator", 4),
-            coordinators=[{"key": "g", "node_id": 1, "host": "b1", "port": 9093}],
-        ),
-    ),
+    *UNCHANGED_CASES,  # Metadata, FindCoordinator single and batched, Produce, Fetch
     (
         "describe_cluster-v1",
         lambda: build(
@@ -106,7 +95,7 @@ def test_sni_mode_advertises_every_broker_by_name_on_the_shared_port(make: Any) 
 @pytest.mark.parametrize("make", [r[1] for r in RESPONSES], ids=[r[0] for r in RESPONSES])
 @pytest.mark.parametrize("sni", [True, False], ids=["sni", "port-per-broker"])
 def test_a_per_broker_override_wins_everywhere(make: Any, sni: bool) -> None:
-    overrides = {n: HostPort(f"lb-{n}.example", 30000 + n) for n in (0, 1, 2, 7)}
+    overrides = {n: HostPort(f"lb-{n}.example", 30000 + n) for n in (0, 1, 2, 3, 7)}
     config = sni_config(advertised_brokers=overrides)
     if not sni:
         config = Config(mode="cluster", upstream=UPSTREAM, advertised_brokers=overrides)
