@@ -57,6 +57,8 @@ METRICS = frozenset(
         "kafka_gateway_rewrite_errors_total",
         "kafka_gateway_node_endpoints_dropped_total",
         "kafka_gateway_client_aborts_total",
+        "kafka_gateway_sni_refused_total",
+        "kafka_gateway_unknown_api_keys_total",
         "kafka_gateway_feature_finalized_level",
         "kafka_gateway_feature_finalized_epoch",
         "kafka_gateway_feature_supported_min_level",
