@@ -135,6 +135,8 @@ class ClientConnection(asyncio.Protocol):
         self.info: ClientInfo | None = None
         self.peer = "?"
         self.tls_subject: str | None = None
+        # Other upstreams to try, in order, when upstream_address cannot be reached.
+        self._fallbacks: list[HostPort] = []
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
@@ -169,6 +171,7 @@ class ClientConnection(asyncio.Protocol):
                 client.abort()
                 return
             self.listener, self.upstream_address = route.listener, route.upstream
+            self._fallbacks = list(route.fallbacks)
         self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
@@ -512,6 +515,10 @@ class ClientConnection(asyncio.Protocol):
                 error=str(exc) or type(exc).__name__,
                 **({"tls_server_hostname": server_hostname} if gw.upstream_tls else {}),
             )
+            if self._fallbacks and not self._closed:
+                self.upstream_address = self._fallbacks.pop(0)
+                await self._connect_upstream()
+                return
             self.close()
             return
         upstream = cast(asyncio.Transport, transport)

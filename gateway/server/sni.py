@@ -6,10 +6,11 @@ bootstrap listener is the only listener. Every broker is advertised as its name 
 that pattern on the shared port (``ClusterRouter.advertise``), so a client's connection
 to broker 3 carries the server name ``broker-3.kafka.example.com`` in its ClientHello;
 the bootstrap name (``[sni] bootstrap_host``, default the advertised host) reaches the
-configured upstream. Any other name, or none, is refused during the handshake, with a
-rate-limited log line and ``kafka_gateway_sni_refused_total{reason}``. OpenSSL makes
-the TLS alert ``unrecognized_name``; uvloop closes the socket on a failed handshake
-without flushing it, so a client may see only the close.
+configured upstream, or when that cannot be reached the next broker the gateway knows.
+Any other name, or none, is refused during the handshake, with a rate-limited log line
+and ``kafka_gateway_sni_refused_total{reason}``. OpenSSL makes the TLS alert
+``unrecognized_name``; uvloop closes the socket on a failed handshake without flushing
+it, so a client may see only the close.
 
 Why ``SSLContext.sni_callback`` and not a peek at the ClientHello before the handshake:
 the standard library already parses the ClientHello, the callback runs before the
@@ -45,6 +46,9 @@ _ROUTE = "_kafka_gateway_route"
 class Route:
     listener: str  # "bootstrap" or "broker-<node id>", as the per-port listeners are named
     upstream: HostPort
+    # Tried in turn when ``upstream`` cannot be reached: the bootstrap name reaches any
+    # live broker, not only the configured one.
+    fallbacks: tuple[HostPort, ...] = ()
 
 
 class SniRouter:
@@ -56,6 +60,7 @@ class SniRouter:
         self._bootstrap_name = config.sni_bootstrap.lower()
         self._bootstrap = Route("bootstrap", config.upstream)
         self._router = router
+        self._pinned = config.broker_upstreams
         self._metrics = metrics
         # A client (or a scanner) can send bad names in a loop: one line per reason per 10 s.
         self._throttle = Throttle(10.0)
@@ -69,7 +74,7 @@ class SniRouter:
         if server_name is None:
             return "missing_server_name"
         if server_name.lower() == self._bootstrap_name:
-            return self._bootstrap
+            return Route("bootstrap", self._bootstrap.upstream, self._known_brokers())
         node_id = sni_node_id(self._pattern, server_name)
         if node_id is None:
             return "unknown_server_name"
@@ -79,6 +84,14 @@ class SniRouter:
             # Matches the pattern, but no Metadata named this broker yet (e.g. a client
             # with cached metadata after a gateway restart): it retries via bootstrap.
             return "unknown_broker"
+
+    def _known_brokers(self) -> tuple[HostPort, ...]:
+        """Every broker pinned or learned so far, other than the bootstrap upstream."""
+        router = self._router
+        node_ids = sorted({*router.brokers, *self._pinned})
+        found = dict.fromkeys(router.upstream_for(n) for n in node_ids)
+        found.pop(self._bootstrap.upstream, None)
+        return tuple(found)
 
     @staticmethod
     def routed(ssl_object: object) -> Route | None:

@@ -35,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.describe_cluster import strip_software_per_broker
-from tests.harness import GatewayProcess, KafkaConnection
+from tests.harness import GatewayProcess, KafkaConnection, free_port
 from tests.harness.kafka_wire import decode
 from tests.integration.test_features import metric
 from tests.integration.test_tls import tls_connection
@@ -128,6 +128,18 @@ def test_each_server_name_reaches_its_own_upstream(
                 (111, f"broker-111.{DOMAIN}", gw.port)
             ]
     assert "sni.refused" not in gw.log_text()
+
+
+def test_the_bootstrap_name_reaches_a_live_broker_when_the_upstream_is_down(
+    gateway_factory, broker_factory, sni_pki, tmp_path
+):
+    ca, cert = sni_pki
+    alpha = broker_factory(cluster_id="sni-alpha")
+    down = f"127.0.0.1:{free_port()}"  # nothing listens there
+    gw = sni_gateway(gateway_factory, tmp_path, cert, down, n1=alpha.bootstrap)
+    with tls_connection(gw, ca, server_hostname=BOOTSTRAP) as conn:
+        assert metadata(conn).cluster_id == "sni-alpha"
+    gw.wait_for_log(rf'"upstream": "{re.escape(down)}".*upstream\.connect_failed')
 
 
 @pytest.mark.parametrize(

@@ -126,19 +126,30 @@ def test_port_per_broker_listeners_dial_broker_upstreams_over_what_brokers_adver
 # -- the SNI route table ---------------------------------------------------------------
 
 
+# What the bootstrap name falls back to, in node id order: learned 1, pinned 5.
+KNOWN = (HostPort("10.0.0.11", 9092), HostPort("10.0.0.5", 9092))
+
+
+SNI_CONFIG = sni_config(broker_upstreams={5: HostPort("10.0.0.5", 9092)})
+
+
 @pytest.fixture
-def sni() -> SniRouter:
-    config = sni_config(broker_upstreams={5: HostPort("10.0.0.5", 9092)})
-    router = ClusterRouter(config, Opened())
+def router() -> ClusterRouter:
+    router = ClusterRouter(SNI_CONFIG, Opened())
     router.advertise(1, "10.0.0.11", 9092)  # learned from Metadata
-    return SniRouter(config, router, Metrics())
+    return router
+
+
+@pytest.fixture
+def sni(router: ClusterRouter) -> SniRouter:
+    return SniRouter(SNI_CONFIG, router, Metrics())
 
 
 @pytest.mark.parametrize(
     ("name", "route"),
     [
-        ("bootstrap.kafka.example", Route("bootstrap", UPSTREAM)),
-        ("Bootstrap.Kafka.Example", Route("bootstrap", UPSTREAM)),
+        ("bootstrap.kafka.example", Route("bootstrap", UPSTREAM, KNOWN)),
+        ("Bootstrap.Kafka.Example", Route("bootstrap", UPSTREAM, KNOWN)),
         ("broker-1.kafka.example", Route("broker-1", HostPort("10.0.0.11", 9092))),
         ("BROKER-5.kafka.example", Route("broker-5", HostPort("10.0.0.5", 9092))),
         ("broker-2.kafka.example", "unknown_broker"),  # fits the pattern, not known yet
@@ -154,6 +165,14 @@ def test_server_names_route_to_their_broker_or_say_why_not(
     sni: SniRouter, name: str | None, route: Route | str
 ) -> None:
     assert sni.route(name) == route
+
+
+def test_the_bootstrap_upstream_is_not_its_own_fallback(
+    sni: SniRouter, router: ClusterRouter
+) -> None:
+    router.advertise(2, UPSTREAM.host, UPSTREAM.port)
+    route = sni.route("bootstrap.kafka.example")
+    assert isinstance(route, Route) and route.fallbacks == KNOWN
 
 
 def test_sni_node_id_reads_only_the_advertised_spelling() -> None:
