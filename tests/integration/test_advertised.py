@@ -1,22 +1,33 @@
 """Advertised overrides: the address the gateway listens on need not be the one it
 advertises. A socat port forward stands in for a load balancer or a NodePort; the
 client knows only the forwarded ports, and every broker address the gateway writes
-(Metadata, FindCoordinator, DescribeCluster) names them. Tansu advertises an
-unreachable host, so nothing works unless those rewrites are right. The KIP-951
-endpoints (which Tansu never sends) are covered in tests/unit/test_edge_routing.py.
+(Metadata, FindCoordinator, DescribeCluster, KIP-951 NodeEndpoints) names them.
+Tansu advertises an unreachable host, so nothing works unless those rewrites are right.
+Tansu sends no NodeEndpoints (they come with a leader change), so for those a relay
+in front of it answers one Produce with a NOT_LEADER_OR_FOLLOWER response that
+carries them, as a broker would after a leader moved.
 """
 
 from __future__ import annotations
 
+import struct
+from datetime import timedelta
+
 import pytest
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
-from kio.static.primitive import i8
+from kio.schema.produce.v10.request import ProduceRequest
+from kio.schema.produce.v10.response import ProduceResponse
+from kio.static.primitive import i8, i16
 
 from tests.conftest import require_tool
-from tests.harness import LOOPBACK, KafkaConnection, free_port
+from tests.harness import LOOPBACK, KafkaConnection, decode, encode, free_port
+from tests.harness.relay import AnsweringRelay
 from tests.integration.test_clients import ConfluentDriver
 from tests.integration.test_sni import describe_cluster, metadata
 from tests.integration.test_tls import PortForward
+from tests.unit.test_addresses import ENDPOINTS, produce_response
+
+PRODUCE_VERSION = 10  # the first with NodeEndpoints (KIP-951)
 
 
 @pytest.fixture
@@ -89,3 +100,28 @@ def test_cluster_mode_advertises_a_per_broker_override(
     seen = advertised(front.port)
     assert seen == {api: [(111, LOOPBACK, broker_front.port)] for api in seen}
     round_trip(front.address, unique_topic)
+
+
+def test_kip951_node_endpoints_name_the_port_forward(gateway_factory, broker, port_forward):
+    def leader_moved(correlation_id: int, _request: bytes) -> bytes:
+        # Response header v1 (Produce v9+ is flexible): correlation id, no tags.
+        return struct.pack(">ib", correlation_id, 0) + encode(
+            produce_response(PRODUCE_VERSION, ENDPOINTS)
+        )
+
+    listen = free_port()
+    forward = port_forward(f"{LOOPBACK}:{listen}")
+    with AnsweringRelay((broker.host, broker.port), {0: leader_moved}) as relay:
+        gateway_factory(
+            "--advertised-port", str(forward.port), port=listen, upstream=relay.bootstrap
+        )
+        with KafkaConnection(LOOPBACK, forward.port, timeout=10) as conn:
+            request = ProduceRequest(
+                transactional_id=None, acks=i16(-1), timeout=timedelta(seconds=1), topic_data=()
+            )
+            response = conn.request(0, PRODUCE_VERSION, request)
+        assert len(relay.answered) == 1  # the produce went through the gateway to the relay
+    answer = decode(ProduceResponse, response.body)
+    assert [(e.node_id, e.host, e.port) for e in answer.node_endpoints] == [
+        (e["node_id"], LOOPBACK, forward.port) for e in ENDPOINTS
+    ]
