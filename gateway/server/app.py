@@ -70,7 +70,8 @@ class Gateway:
         self._listen_specs: dict[str, tuple[HostPort, HostPort]] = {}
         self._http: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self.gateway_id = config.gateway_id or f"{config.advertised}:{config.listen.port}"
+        port = config.advertised_listen_port
+        self.gateway_id = config.gateway_id or f"{config.advertised}:{port}"
         self.features = FeatureGate(config, self.metrics, self._features_changed, self.registration)
         self.metrics.traffic.refresh = self._fold_live_connections
         self.started = False
