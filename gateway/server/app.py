@@ -92,7 +92,7 @@ class Gateway:
         self.sni: SniRouter | None = None
         if config.sni_broker_host is not None and isinstance(self.router, ClusterRouter):
             assert self.client_tls is not None  # the config requires [tls] with [sni]
-            self.sni = SniRouter(config, self.router, self.metrics)
+            self.sni = SniRouter(config, self.router, self.metrics, self.upstream_tls)
             self.sni.install(self.client_tls)
 
     def upstream_server_hostname(self, address: HostPort) -> str | None:

@@ -137,6 +137,8 @@ class ClientConnection(asyncio.Protocol):
         self.tls_subject: str | None = None
         # Other upstreams to try, in order, when upstream_address cannot be reached.
         self._fallbacks: list[HostPort] = []
+        # SNI named a broker no Metadata has named yet: look it up before dialling.
+        self._unknown_node: int | None = None
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
@@ -172,6 +174,7 @@ class ClientConnection(asyncio.Protocol):
                 return
             self.listener, self.upstream_address = route.listener, route.upstream
             self._fallbacks = list(route.fallbacks)
+            self._unknown_node = route.unknown_node
         self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
@@ -491,6 +494,14 @@ class ClientConnection(asyncio.Protocol):
 
     # -- upstream socket -----------------------------------------------------------
     async def _connect_upstream(self) -> None:
+        sni = self.gateway.sni
+        if self._unknown_node is not None and sni is not None:
+            found = await sni.look_up(self._unknown_node, self.peer)
+            self._unknown_node = None
+            if found is None or self._closed:
+                self.close()
+                return
+            self.upstream_address = found
         loop = asyncio.get_running_loop()
         address = self.upstream_address
         gw = self.gateway

@@ -152,7 +152,8 @@ def sni(router: ClusterRouter) -> SniRouter:
         ("Bootstrap.Kafka.Example", Route("bootstrap", UPSTREAM, KNOWN)),
         ("broker-1.kafka.example", Route("broker-1", HostPort("10.0.0.11", 9092))),
         ("BROKER-5.kafka.example", Route("broker-5", HostPort("10.0.0.5", 9092))),
-        ("broker-2.kafka.example", "unknown_broker"),  # fits the pattern, not known yet
+        # Fits the pattern, not known yet: looked up in the bootstrap upstream's Metadata.
+        ("broker-2.kafka.example", Route("broker-2", UPSTREAM, unknown_node=2)),
         ("broker-01.kafka.example", "unknown_server_name"),  # not how 1 is advertised
         ("broker-.kafka.example", "unknown_server_name"),
         ("broker-1x.kafka.example", "unknown_server_name"),
