@@ -54,6 +54,11 @@ log = get_logger("gateway.sni")
 _ROUTE = "_kafka_gateway_route"
 
 
+# A Metadata lookup for unknown broker names at most this often: names are the
+# client's choice, and each lookup costs the upstream a connection.
+LOOKUP_INTERVAL_S = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     listener: str  # "bootstrap" or "broker-<node id>", as the per-port listeners are named
@@ -81,6 +86,7 @@ class SniRouter:
         self._upstream_tls = upstream_tls
         # One Metadata lookup at a time, shared by the connections waiting for it.
         self._lookup: asyncio.Task[None] | None = None
+        self._looked_up_at = 0.0
         self._pattern = config.sni_broker_host
         self._bootstrap_name = config.sni_bootstrap.lower()
         self._bootstrap = Route("bootstrap", config.upstream)
@@ -113,11 +119,14 @@ class SniRouter:
     async def look_up(self, node_id: int, peer: str) -> HostPort | None:
         """Where broker ``node_id`` is, after asking the bootstrap upstream's Metadata;
         None (logged and counted as unknown_broker) when it names no such broker."""
-        if self._lookup is None or self._lookup.done():
-            self._lookup = asyncio.get_running_loop().create_task(self._learn_brokers())
+        loop = asyncio.get_running_loop()
+        fresh = self._lookup is not None and loop.time() - self._looked_up_at < LOOKUP_INTERVAL_S
+        if self._lookup is None or (self._lookup.done() and not fresh):
+            self._looked_up_at = loop.time()
+            self._lookup = loop.create_task(self._learn_brokers())
         try:
             await asyncio.shield(self._lookup)
-        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
+        except Exception as exc:  # an unreadable answer must not leave the client hanging
             error: str | None = str(exc) or type(exc).__name__
         else:
             error = None
