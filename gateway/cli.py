@@ -21,6 +21,11 @@ examples:
                 --advertised-host gw.example
       cluster: bootstrap on 9092, one listener per broker on 9093+node_id
   kafka-gateway --config conf/gateway.toml --metrics-listen 0.0.0.0:9404
+  kafka-gateway --mode cluster --listen 0.0.0.0:9093 --upstream kafka:9092 \\
+                --tls-cert gw.pem --sni-broker-host 'broker-{node_id}.kafka.example' \\
+                --sni-bootstrap-host bootstrap.kafka.example --advertised-port 443
+      one TLS port for the whole cluster, routed by server name (SNI); clients reach
+      it through a load balancer on port 443
 
 Feature gating (KIP-584) is on when --zookeeper is given (the embedded default starts
 one): the gateway reads <chroot>/feature, withholds API versions of unfinalized feature
@@ -124,7 +129,58 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="compare the broker certificate's name (the chain is always verified) [on]",
     )
+    edge = p.add_argument_group(
+        "advertised addresses, SNI and API keys ([sni] and [cluster] in the config file)"
+    )
+    edge.add_argument(
+        "--advertised-port",
+        metavar="PORT",
+        type=int,
+        help="port clients are told for --listen (a load balancer or NodePort) [its port]",
+    )
+    edge.add_argument(
+        "--advertise-broker",
+        metavar="NODE=HOST:PORT",
+        action="append",
+        help="cluster: tell clients this address for a broker (repeat per broker)",
+    )
+    edge.add_argument(
+        "--broker-upstream",
+        metavar="NODE=HOST:PORT",
+        action="append",
+        help="cluster: dial a broker here, not at its advertised address (repeatable)",
+    )
+    edge.add_argument(
+        "--sni-broker-host",
+        metavar="PATTERN",
+        help="cluster + TLS: every broker on --listen, named PATTERN with {node_id} "
+        "(e.g. broker-{node_id}.kafka.example), routed by the TLS server name",
+    )
+    edge.add_argument(
+        "--sni-bootstrap-host",
+        metavar="NAME",
+        help="the server name that reaches the bootstrap upstream [--advertised-host]",
+    )
+    edge.add_argument(
+        "--unknown-api-keys",
+        choices=["close", "forward"],
+        help="requests with an API key the gateway does not know: close the connection, "
+        "as Kafka does, or forward them untouched (vendor keys) [close]",
+    )
     return p
+
+
+def _node_table(flag: str, values: list[str] | None) -> dict[str, str] | None:
+    """Repeated NODE=HOST:PORT flags as the config file's table (validated there)."""
+    if values is None:
+        return None
+    table = {}
+    for value in values:
+        node, sep, address = value.partition("=")
+        if not sep:
+            raise ConfigError(flag, f"expected NODE=HOST:PORT, got {value!r}")
+        table[node] = address
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         "upstream_tls_key": args.upstream_tls_key,
         "upstream_tls_server_hostname": args.upstream_tls_server_hostname,
         "upstream_tls_check_hostname": args.upstream_tls_check_hostname,
+        "advertised_port": args.advertised_port,
+        "sni_broker_host": args.sni_broker_host,
+        "sni_bootstrap_host": args.sni_bootstrap_host,
+        "unknown_api_keys": args.unknown_api_keys,
     }
     try:
+        overrides["advertised_brokers"] = _node_table("--advertise-broker", args.advertise_broker)
+        overrides["broker_upstreams"] = _node_table("--broker-upstream", args.broker_upstream)
         config = load_config(args.config, overrides)
     except ConfigError as exc:
         print(f"kafka-gateway: {exc}", file=sys.stderr)

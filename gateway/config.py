@@ -8,6 +8,7 @@ the gateway reads files, flags or the environment for settings.
 from __future__ import annotations
 
 import ipaddress
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from .server.tls import CLIENT_AUTH, TlsSetupError, client_side_context, upstrea
 
 Mode = Literal["sidecar", "cluster"]
 LogFormat = Literal["auto", "json", "console"]
+UnknownApiKeys = Literal["close", "forward"]
 
 
 class ConfigError(ValueError):
@@ -111,10 +113,41 @@ class Config:
     upstream_tls_key: str | None = None
     upstream_tls_server_hostname: str | None = None
     upstream_tls_check_hostname: bool = True
+    # -- Edge: one TLS port for a cluster (SNI), advertised overrides, API keys --------
+    # The port clients are told for ``listen`` (a load balancer or NodePort forwards it
+    # to the gateway); None: the port the gateway listens on.
+    advertised_port: int | None = None
+    # Cluster mode: per node id, the "host:port" clients are told for that broker, in
+    # place of advertised_host and its listener port (or its SNI name and the shared port).
+    advertised_brokers: dict[int, HostPort] = field(default_factory=dict)
+    # Cluster mode: per node id, where the gateway dials that broker, in place of the
+    # address the broker advertises (for brokers whose advertised address the gateway
+    # cannot reach).
+    broker_upstreams: dict[int, HostPort] = field(default_factory=dict)
+    # [sni] broker_host: a pattern with "{node_id}" (e.g. "broker-{node_id}.kafka.example
+    # .com"). Set, every broker is served on the one TLS ``listen`` port and routed by the
+    # TLS server name; sni_bootstrap_host (default: the advertised host) reaches any broker.
+    sni_broker_host: str | None = None
+    sni_bootstrap_host: str | None = None
+    # A request with an API key the gateway does not know: "close" the connection (as
+    # Kafka does) or "forward" it untouched (vendor keys, e.g. Confluent Cloud's 10000).
+    unknown_api_keys: UnknownApiKeys = "close"
 
     @property
     def advertised(self) -> str:
-        return self.advertised_host or self.listen.host
+        if self.advertised_host:
+            return self.advertised_host
+        if self.sni_broker_host is not None and self.sni_bootstrap_host is not None:
+            return self.sni_bootstrap_host  # with SNI, the name clients bootstrap from
+        return self.listen.host
+
+    @property
+    def advertised_listen_port(self) -> int:
+        return self.advertised_port if self.advertised_port is not None else self.listen.port
+
+    @property
+    def sni_bootstrap(self) -> str:
+        return self.sni_bootstrap_host or self.advertised
 
     def cluster_port(self, node_id: int) -> int:
         if node_id in self.ports:
@@ -181,6 +214,7 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
         ("features", "features_"),
         ("tls", "tls_"),
         ("upstream_tls", "upstream_tls_"),
+        ("sni", "sni_"),
     ):
         section = flat.pop(table, None)
         if section is None:
@@ -247,6 +281,12 @@ def _convert(key: str, value: Any) -> Any:
         return float(value)
     if key == "peers":
         return {_node_id(key, k): parse_host_port(f"{key}.{k}", v) for k, v in _table(key, value)}
+    if key in ("advertised_brokers", "broker_upstreams"):
+        return {_node_id(key, k): parse_host_port(f"{key}.{k}", v) for k, v in _table(key, value)}
+    if key == "advertised_port":
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+            raise ConfigError(key, f"expected a port 1-65535, got {value!r}")
+        return value
     if key == "ports":
         out = {}
         for k, v in _table(key, value):
@@ -330,6 +370,65 @@ def _validate(cfg: Config) -> None:
     if cfg.mode == "cluster" and cfg.port_base is not None and not 1 <= cfg.port_base <= 65535:
         raise ConfigError("port_base", f"must be a port, got {cfg.port_base}")
     _validate_tls(cfg)
+    _validate_edge(cfg)
+
+
+def _validate_edge(cfg: Config) -> None:
+    """[sni], the advertised overrides and unknown_api_keys."""
+    if cfg.unknown_api_keys not in ("close", "forward"):
+        raise ConfigError(
+            "unknown_api_keys", f"must be close or forward, got {cfg.unknown_api_keys!r}"
+        )
+    if cfg.mode != "cluster":
+        for key in ("advertised_brokers", "broker_upstreams", "sni_broker_host"):
+            if getattr(cfg, key):
+                raise ConfigError(key, 'needs mode = "cluster"')
+    if cfg.sni_broker_host is None:
+        if cfg.sni_bootstrap_host is not None:
+            raise ConfigError("sni.bootstrap_host", "needs sni.broker_host")
+        return
+    if cfg.tls_cert is None:
+        raise ConfigError("sni.broker_host", "SNI routing needs TLS towards clients (tls.cert)")
+    try:
+        names = {sni_name(cfg.sni_broker_host, n) for n in (0, 1)}
+    except (KeyError, IndexError, ValueError):
+        names = set()
+    if len(names) != 2 or cfg.sni_broker_host.count("{node_id}") != 1:
+        raise ConfigError(
+            "sni.broker_host",
+            "must hold {node_id} once and no other {...}, e.g. broker-{node_id}.kafka.example.com",
+        )
+    for key, checked in (("sni.broker_host", names), ("sni.bootstrap_host", {cfg.sni_bootstrap})):
+        if not all(_HOSTNAME.fullmatch(name) for name in checked):
+            raise ConfigError(key, "server names are DNS names (letters, digits, '-' and '.')")
+    if sni_node_id(cfg.sni_broker_host, cfg.sni_bootstrap) is not None:
+        raise ConfigError("sni.bootstrap_host", "must not match the broker_host pattern")
+
+
+_HOSTNAME = re.compile(
+    r"(?i)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
+)
+
+
+def sni_name(pattern: str, node_id: int) -> str:
+    """The server name of a broker under an [sni] broker_host pattern."""
+    return pattern.format(node_id=node_id)
+
+
+def sni_node_id(pattern: str, server_name: str) -> int | None:
+    """The node id a server name names under ``pattern``; None when it names none.
+
+    DNS names compare without case (RFC 4343), so the match ignores it too.
+    """
+    prefix, _, suffix = pattern.lower().partition("{node_id}")
+    name = server_name.lower()
+    if not (name.startswith(prefix) and name.endswith(suffix)):
+        return None
+    digits = name[len(prefix) : len(name) - len(suffix)]
+    # "broker-007" is not broker 7: only the spelling the gateway advertises routes.
+    if not digits.isascii() or not digits.isdigit() or digits != str(int(digits)):
+        return None
+    return int(digits)
 
 
 def _validate_tls(cfg: Config) -> None:

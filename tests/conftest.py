@@ -224,12 +224,14 @@ class BrokerFactory:
         port: int | None = None,
         name: str | None = None,
         start: bool = True,
+        cluster_id: str = "tansu_cluster",
     ) -> TansuBroker:
         skip_if_external_broker("this test starts and controls its own Tansu broker")
         part = TansuBroker(
             self._workdir,
             port=port,
             advertised_host=advertised_host,
+            cluster_id=cluster_id,
             name=name or f"tansu-{len(self.processes) + 1}",
         )
         self.processes.append(part)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import random
 import sys
+import time
+from collections.abc import Callable
 
 import structlog
 
@@ -56,3 +58,26 @@ class RequestLog:
 
     def emit(self, event: str, **fields: object) -> None:
         self._emit(event, **fields)
+
+
+class Throttle:
+    """Rate limit for log lines that bad input can trigger at will: at most one line per
+    key every ``interval_s`` seconds; the lines held back are counted and reported with
+    the next one that goes out (``suppressed=N``), so nothing is silently lost."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.interval_s = interval_s
+        self._clock = clock
+        self._next: dict[object, float] = {}
+        self._held: dict[object, int] = {}
+
+    def allow(self, key: object) -> int | None:
+        """None: stay quiet; else log now, reporting this many lines held back."""
+        now = self._clock()
+        if now < self._next.get(key, 0.0):
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        if len(self._next) > 1000:  # keys come from clients: bound the table
+            self._next.clear()
+        self._next[key] = now + self.interval_s
+        return self._held.pop(key, 0)

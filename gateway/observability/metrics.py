@@ -196,6 +196,25 @@ class Metrics:
             "Client connections that closed in the middle of a request frame",
             registry=r,
         )
+        # -- edge: SNI routing and unknown API keys --
+        self.sni_refused = Counter(
+            "kafka_gateway_sni_refused_total",
+            "TLS connections to the shared SNI port refused, by reason (no server name, "
+            "a name that is neither the bootstrap nor a broker name, a broker not known)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("missing_server_name", "unknown_server_name", "unknown_broker"):
+            self.sni_refused.labels(reason)
+        self.unknown_api_keys = Counter(
+            "kafka_gateway_unknown_api_keys_total",
+            "Requests with an API key the gateway does not know, by what unknown_api_keys "
+            "did with them (close the connection or forward untouched)",
+            ["action"],
+            registry=r,
+        )
+        for action in ("close", "forward"):
+            self.unknown_api_keys.labels(action)
         # -- feature gating (KIP-584) --
         self.feature_finalized_level = Gauge(
             "kafka_gateway_feature_finalized_level",

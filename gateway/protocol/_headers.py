@@ -52,7 +52,11 @@ def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHead
         client_id, pos = read_classic_string(payload, 8)
         if header_version == 2:
             pos = skip_tagged_fields(payload, pos)
-    except Incomplete:
+    except (Incomplete, Malformed):
+        if spec is None:
+            # An unknown key's header version is a guess: what is certain ends with the
+            # correlation id, and that is all the gateway needs to close or forward it.
+            return RequestHeader(key, version, correlation_id, None, 8)
         raise Malformed("request header is truncated") from None
     return RequestHeader(key, version, correlation_id, client_id, pos)
 

@@ -39,6 +39,7 @@ from .features import FeatureGate
 from .http import check_route, json_route, metrics_route, serve_http
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
+from .sni import SniRouter
 from .tls import client_side_context, upstream_context, upstream_server_hostname
 
 log = get_logger("gateway.server")
@@ -69,7 +70,8 @@ class Gateway:
         self._listen_specs: dict[str, tuple[HostPort, HostPort]] = {}
         self._http: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self.gateway_id = config.gateway_id or f"{config.advertised}:{config.listen.port}"
+        port = config.advertised_listen_port
+        self.gateway_id = config.gateway_id or f"{config.advertised}:{port}"
         self.features = FeatureGate(config, self.metrics, self._features_changed, self.registration)
         self.metrics.traffic.refresh = self._fold_live_connections
         self.started = False
@@ -86,6 +88,12 @@ class Gateway:
         # including the start-up probe (None: plaintext on that side).
         self.client_tls = client_side_context(config)
         self.upstream_tls = upstream_context(config)
+        # [sni]: the one TLS listener routes each connection by its server name.
+        self.sni: SniRouter | None = None
+        if config.sni_broker_host is not None and isinstance(self.router, ClusterRouter):
+            assert self.client_tls is not None  # the config requires [tls] with [sni]
+            self.sni = SniRouter(config, self.router, self.metrics, self.upstream_tls)
+            self.sni.install(self.client_tls)
 
     def upstream_server_hostname(self, address: HostPort) -> str | None:
         return upstream_server_hostname(self.config, address)
@@ -99,6 +107,7 @@ class Gateway:
         await self._probe_upstream(upstream)
         await self.features.start()
         name = "bootstrap" if self.config.mode == "cluster" else "sidecar"
+        name = "sni" if self.sni is not None else name
         await self._listen(name, self.config.listen, upstream)
         if self.config.metrics_listen is not None:
             self._http = await serve_http(
@@ -169,10 +178,23 @@ class Gateway:
             address=f"{bound[0]}:{bound[1]}",
             upstream=str(upstream),
             mode=self.config.mode,
-            advertised=f"{self.config.advertised}:{bound[1]}",
+            advertised=self._advertised_for(name, bound[1]),
             tls=self.client_tls is not None,
             upstream_tls=self.upstream_tls is not None,
         )
+
+    def _advertised_for(self, listener: str, bound_port: int) -> str:
+        """The address clients are told for a listener (for the log line)."""
+        cfg = self.config
+        if listener.startswith("broker-"):
+            override = cfg.advertised_brokers.get(int(listener.removeprefix("broker-")))
+            if override is not None:
+                return str(override)
+            return str(HostPort(cfg.advertised, bound_port))
+        port = cfg.advertised_port or bound_port
+        if self.sni is not None:
+            return f"{cfg.sni_bootstrap}:{port} and {cfg.sni_broker_host}:{port}"
+        return str(HostPort(cfg.advertised, port))
 
     def _on_new_broker(self, node_id: int, address: HostPort) -> None:
         """Cluster mode: open (or re-point) the listener of a broker Metadata revealed."""
@@ -259,7 +281,7 @@ class Gateway:
             metrics_url = f"http://{HostPort(host, cfg.metrics_listen.port)}/metrics"
         return Registration(
             gateway_id=self.gateway_id,
-            listener=str(HostPort(cfg.advertised, cfg.listen.port)),
+            listener=str(HostPort(cfg.advertised, cfg.advertised_listen_port)),
             upstream=str(upstream),
             features=dict(self.features.supported or {}),
             metrics_url=metrics_url,
@@ -316,7 +338,10 @@ class Gateway:
         """KIP-885 values for a broker by node id; None when this gateway cannot know
         (a sidecar peer's broker, or a broker no connection has reached yet)."""
         if isinstance(self.router, ClusterRouter):
-            address = self.router.brokers.get(node_id)
+            try:
+                address: HostPort | None = self.router.upstream_for(node_id)
+            except KeyError:
+                address = None
         elif node_id in self.config.peers:
             address = None
         else:

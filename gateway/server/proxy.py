@@ -28,7 +28,7 @@ from ..interceptors.api_versions import add_broker_software, answer_api_versions
 from ..interceptors.describe_cluster import add_software_per_broker
 from ..interceptors.unsupported import unsupported_version_response
 from ..interceptors.update_features import parse_update_features, update_features_response
-from ..observability.logging import get_logger
+from ..observability.logging import Throttle, get_logger
 from ..protocol import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
@@ -89,6 +89,10 @@ _BUFFERS = (bytes, memoryview)
 # Correlation ids of the gateway's own upstream requests: negative, which no client uses.
 _internal_ids = itertools.count(-(2**31))
 
+# Forwarded unknown API keys are logged once per key per minute: a client that uses a
+# vendor key does so on every connection.
+_unknown_key_log = Throttle(60.0)
+
 # Called with the payload (no length prefix) of the response to an internal request.
 InternalHandler = Callable[[memoryview], None]
 
@@ -131,6 +135,10 @@ class ClientConnection(asyncio.Protocol):
         self.info: ClientInfo | None = None
         self.peer = "?"
         self.tls_subject: str | None = None
+        # Other upstreams to try, in order, when upstream_address cannot be reached.
+        self._fallbacks: list[HostPort] = []
+        # SNI named a broker no Metadata has named yet: look it up before dialling.
+        self._unknown_node: int | None = None
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
@@ -155,8 +163,18 @@ class ClientConnection(asyncio.Protocol):
         client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
         peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
-        self.tls_subject = peer_subject(client.get_extra_info("ssl_object"))
+        self.tls_subject = peer_subject(ssl_object)
+        if self.gateway.sni is not None:
+            # One port for every broker: the handshake's server name chose the broker.
+            route = self.gateway.sni.routed(ssl_object)
+            if route is None:  # the handshake refuses unroutable names; never here
+                client.abort()
+                return
+            self.listener, self.upstream_address = route.listener, route.upstream
+            self._fallbacks = list(route.fallbacks)
+            self._unknown_node = route.unknown_node
         self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
@@ -211,7 +229,29 @@ class ClientConnection(asyncio.Protocol):
         # Runs once per request: one dict lookup against the ranges that may pass through
         # untouched (advertised ranges minus the APIs the gateway answers itself).
         allowed = self._passthrough.get(api_key)
-        return allowed is None or api_version < allowed[0] or api_version > allowed[1]
+        if allowed is None:
+            return not self._forwards_unknown(api_key, api_version)
+        return api_version < allowed[0] or api_version > allowed[1]
+
+    def _forwards_unknown(self, api_key: int, api_version: int) -> bool:
+        """unknown_api_keys = "forward": an API key the gateway does not know (a vendor's)
+        passes through opaque. Only its key, version and correlation id were read, which
+        is all any header version shares; the response, matched by correlation id in
+        request order, goes back untouched (no interceptor knows the key)."""
+        gw = self.gateway
+        if gw.config.unknown_api_keys != "forward" or api_spec(api_key) is not None:
+            return False
+        gw.metrics.unknown_api_keys.labels("forward").inc()
+        suppressed = _unknown_key_log.allow(api_key)
+        if suppressed is not None:
+            log.info(
+                "request.unknown_api_key_forwarded",
+                api_key=api_key,
+                version=api_version,
+                suppressed=suppressed,
+                **self._who(),
+            )
+        return True
 
     def _on_request(self, request: RequestFrame) -> None:
         header = request.header
@@ -236,11 +276,22 @@ class ClientConnection(asyncio.Protocol):
         if gated is not None:
             reason = "gated_by_feature"
         self.gateway.metrics.rejected.labels(reason).inc()
+        suppressed: dict[str, int] = {}
+        if spec is None:
+            # unknown_api_keys = "close"; a client that uses a vendor key does so on
+            # every connection, so the line is rate-limited per key.
+            self.gateway.metrics.unknown_api_keys.labels("close").inc()
+            held = _unknown_key_log.allow(("close", header.api_key))
+            if held is None:
+                self.close()
+                return
+            suppressed["suppressed"] = held
         payload = None
         if spec is not None and has_schema(header.api_key, header.api_version):
             payload = unsupported_version_response(header, body)
         log.warning(
             "request.rejected",
+            **suppressed,
             reason=reason,
             api_key=header.api_key,
             api=spec.name if spec else None,
@@ -443,6 +494,14 @@ class ClientConnection(asyncio.Protocol):
 
     # -- upstream socket -----------------------------------------------------------
     async def _connect_upstream(self) -> None:
+        sni = self.gateway.sni
+        if self._unknown_node is not None and sni is not None:
+            found = await sni.look_up(self._unknown_node, self.peer)
+            self._unknown_node = None
+            if found is None or self._closed:
+                self.close()
+                return
+            self.upstream_address = found
         loop = asyncio.get_running_loop()
         address = self.upstream_address
         gw = self.gateway
@@ -467,6 +526,10 @@ class ClientConnection(asyncio.Protocol):
                 error=str(exc) or type(exc).__name__,
                 **({"tls_server_hostname": server_hostname} if gw.upstream_tls else {}),
             )
+            if self._fallbacks and not self._closed:
+                self.upstream_address = self._fallbacks.pop(0)
+                await self._connect_upstream()
+                return
             self.close()
             return
         upstream = cast(asyncio.Transport, transport)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config import Config, HostPort
+from ..config import Config, HostPort, sni_name
 from ..observability.logging import get_logger
 
 log = get_logger("gateway.routing")
@@ -20,7 +20,8 @@ class SidecarRouter:
     def __init__(self, config: Config) -> None:
         assert config.upstream is not None
         self._config = config
-        self._self = (config.advertised, config.listen.port)
+        # advertised_port: a load balancer or NodePort may forward another port here.
+        self._self = (config.advertised, config.advertised_listen_port)
         self._warned: set[int] = set()
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -42,7 +43,12 @@ class SidecarRouter:
 
 
 class ClusterRouter:
-    """Learns brokers from rewritten responses and asks for a listener for each new one."""
+    """Learns brokers from rewritten responses and asks for a listener for each new one.
+
+    With [sni] broker_host set there are no per-broker listeners: every broker is
+    advertised as its server name on the one shared port (``gateway.server.sni`` routes
+    the connections), so a new broker only needs to be remembered.
+    """
 
     def __init__(self, config: Config, on_new_broker: Callable[[int, HostPort], None]) -> None:
         self._config = config
@@ -50,12 +56,23 @@ class ClusterRouter:
         self.brokers: dict[int, HostPort] = {}
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        cfg = self._config
         known = self.brokers.get(node_id)
         if known is None or known.host != host or known.port != port:
-            address = HostPort(host, port)
-            self.brokers[node_id] = address
-            self._on_new_broker(node_id, address)
-        return self._config.advertised, self._config.cluster_port(node_id)
+            self.brokers[node_id] = HostPort(host, port)
+            if cfg.sni_broker_host is None:
+                self._on_new_broker(node_id, self.upstream_for(node_id))
+        override = cfg.advertised_brokers.get(node_id)
+        if override is not None:
+            return override.host, override.port
+        if cfg.sni_broker_host is not None:
+            return sni_name(cfg.sni_broker_host, node_id), cfg.advertised_listen_port
+        return cfg.advertised, cfg.cluster_port(node_id)
 
     def upstream_for(self, node_id: int) -> HostPort:
-        return self.brokers[node_id]
+        """Where the gateway dials a broker: broker_upstreams, else what it advertises.
+
+        KeyError for a broker that is neither configured nor learned yet.
+        """
+        pinned = self._config.broker_upstreams.get(node_id)
+        return pinned if pinned is not None else self.brokers[node_id]

@@ -81,38 +81,57 @@ def confluent(**settings: Any) -> ConfluentDriver:
 
 
 def tls_connection(
-    gw: GatewayProcess, ca: str | None, cert: str | None = None, key: str | None = None
+    gw: GatewayProcess,
+    ca: str | None,
+    cert: str | None = None,
+    key: str | None = None,
+    server_hostname: str | None = None,
 ) -> KafkaConnection:
-    """A raw Kafka connection wrapped in TLS (Python's ssl: independent of librdkafka)."""
+    """A raw Kafka connection wrapped in TLS (Python's ssl: independent of librdkafka);
+    ``server_hostname`` (SNI, and the name the certificate must hold) defaults to the
+    gateway's host."""
     ctx = ssl.create_default_context(cafile=ca)
     if cert is not None:
         ctx.load_cert_chain(cert, key)
     conn = KafkaConnection(gw.host, gw.port, timeout=OP_TIMEOUT_S)
-    conn._sock = ctx.wrap_socket(conn._sock, server_hostname=gw.host)
+    conn._sock = ctx.wrap_socket(conn._sock, server_hostname=server_hostname or gw.host)
     return conn
 
 
-class SocatTls(ManagedProcess):
-    """socat terminating TLS in front of a plaintext broker (one child per connection)."""
+class PortForward(ManagedProcess):
+    """socat forwarding a loopback port to ``upstream`` (one child per connection), as a
+    load balancer or a NodePort would."""
 
-    def __init__(self, workdir: Path, upstream: str, server_pem: str, client_ca: str | None):
-        super().__init__("socat-tls", workdir / "socat-tls.log")
+    listen_kind = "TCP-LISTEN"
+
+    def __init__(self, workdir: Path, upstream: str, name: str = "socat", options: str = ""):
+        super().__init__(name, workdir / f"{name}.log")
         self.port = free_port()
         self.upstream = upstream
-        self.options = f"cert={server_pem}," + (
-            f"cafile={client_ca},verify=1" if client_ca else "verify=0"
-        )
+        self.options = options
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
     def command(self) -> list[str]:
-        listen = f"OPENSSL-LISTEN:{self.port},bind={LOOPBACK},reuseaddr,fork,{self.options}"
+        listen = f"{self.listen_kind}:{self.port},bind={LOOPBACK},reuseaddr,fork"
+        if self.options:
+            listen += f",{self.options}"
         return ["socat", "-d", listen, f"TCP:{self.upstream}"]
 
     def _probe_ready(self) -> bool:
         return port_accepts(LOOPBACK, self.port)
+
+
+class SocatTls(PortForward):
+    """socat terminating TLS in front of a plaintext broker (one child per connection)."""
+
+    listen_kind = "OPENSSL-LISTEN"
+
+    def __init__(self, workdir: Path, upstream: str, server_pem: str, client_ca: str | None):
+        verify = f"cafile={client_ca},verify=1" if client_ca else "verify=0"
+        super().__init__(workdir, upstream, "socat-tls", f"cert={server_pem},{verify}")
 
 
 @pytest.fixture

@@ -22,10 +22,11 @@ from typing import Any
 import kubernetes_validate
 import promql_parser
 import pytest
+import trustme
 import yaml
 from packaging.requirements import Requirement
 
-from gateway.config import Config, ConfigError, load_config
+from gateway.config import Config, ConfigError, load_config, sni_name
 from tests.conftest import require_tool
 from tests.harness.tools import missing_tool_reason
 
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "kubernetes"
 PROM = DEPLOY / "prometheus"
+SNI = K8S / "sni"
 
 # The Kubernetes version the manifests are validated against (kubernetes-validate ships
 # schemas per minor version). The manifests need >= 1.30 (pod-index label, preStop sleep).
@@ -55,6 +57,8 @@ METRICS = frozenset(
         "kafka_gateway_rewrite_errors_total",
         "kafka_gateway_node_endpoints_dropped_total",
         "kafka_gateway_client_aborts_total",
+        "kafka_gateway_sni_refused_total",
+        "kafka_gateway_unknown_api_keys_total",
         "kafka_gateway_feature_finalized_level",
         "kafka_gateway_feature_finalized_epoch",
         "kafka_gateway_feature_supported_min_level",
@@ -383,7 +387,7 @@ def configmap_config(tmp_path: Path) -> Config:
 
 @pytest.mark.parametrize(
     "doc",
-    [d for d in k8s_docs() + k8s_docs(K8S / "monitoring")],
+    [d for d in k8s_docs() + k8s_docs(K8S / "monitoring") + k8s_docs(SNI)],
     ids=lambda d: f"{d['kind']}/{d['metadata']['name']}",
 )
 def test_manifest_validates_strictly_or_is_a_known_crd(doc: dict[str, Any]) -> None:
@@ -404,7 +408,9 @@ def test_strict_validation_rejects_a_misspelt_field() -> None:
         kubernetes_validate.validate(sts, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("directory", [K8S, K8S / "monitoring"], ids=["base", "monitoring"])
+@pytest.mark.parametrize(
+    "directory", [K8S, K8S / "monitoring", SNI], ids=["base", "monitoring", "sni"]
+)
 def test_kustomization_lists_every_manifest(directory: Path) -> None:
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
@@ -412,7 +418,9 @@ def test_kustomization_lists_every_manifest(directory: Path) -> None:
     assert sorted(kustomization["resources"]) == sorted(manifests)
 
 
-@pytest.mark.parametrize("directory", [K8S, K8S / "monitoring"], ids=["base", "monitoring"])
+@pytest.mark.parametrize(
+    "directory", [K8S, K8S / "monitoring", SNI], ids=["base", "monitoring", "sni"]
+)
 def test_kustomize_renders_the_same_objects(directory: Path) -> None:
     kubectl = require_tool("kubectl", "kustomization.yaml is checked above")
     result = subprocess.run(
@@ -511,6 +519,62 @@ def test_configmap_is_a_valid_gateway_config_with_a_peer_per_broker(tmp_path: Pa
     zk_svc = k8s_object("Service", "zookeeper")
     assert cfg.zookeeper == f"zookeeper.{ns}.svc.cluster.local:{zk_svc['spec']['ports'][0]['port']}"
     assert cfg.drain_timeout_s == 30.0
+
+
+def test_sni_example_one_load_balancer_port_for_every_broker(tmp_path: Path) -> None:
+    """deploy/kubernetes/sni: the names, ports and paths that must agree across files."""
+    toml = k8s_object("ConfigMap", "kafka-gateway-sni", SNI)["data"]["gateway.toml"]
+    raw = tomllib.loads(toml)
+    # The gateway's own loader, with a real certificate and key where the Secret's
+    # files will be.
+    tls_dir = "/etc/kafka-gateway-tls"
+    leaf = trustme.CA().issue_cert("bootstrap.kafka.example.com", "*.kafka.example.com")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    path = tmp_path / "gateway.toml"
+    path.write_text(toml.replace(tls_dir, str(tmp_path)))
+    cfg = load_config(path)
+    assert cfg.mode == "cluster" and cfg.sni_broker_host is not None
+    deployment = k8s_object("Deployment", "kafka-gateway-sni", SNI)
+    pod = deployment["spec"]["template"]["spec"]
+    gateway = container(pod, "gateway")
+    service = k8s_object("Service", "kafka-gateway-sni", SNI)
+    (port,) = service["spec"]["ports"]
+    # The load balancer's port is what the gateway advertises; it forwards to the
+    # port the gateway listens on.
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert port["port"] == cfg.advertised_port == 443
+    assert port_number(gateway, port["targetPort"]) == cfg.listen.port
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+    # The certificate and key come from the TLS Secret's mount.
+    mounts = {m["name"]: m["mountPath"] for m in gateway["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["gateway-tls"] == tls_dir
+    assert volumes["gateway-tls"]["secret"]["secretName"] == "kafka-gateway-sni-tls"
+    assert (raw["tls"]["cert"], raw["tls"]["key"]) == (f"{tls_dir}/tls.crt", f"{tls_dir}/tls.key")
+    args = gateway["args"]
+    assert args[args.index("--config") + 1] == f"{mounts['gateway-config']}/gateway.toml"
+    assert volumes["gateway-config"]["configMap"]["name"] == "kafka-gateway-sni"
+    # DNS: the bootstrap name and one name per broker (node id = pod ordinal).
+    brokers = k8s_object("StatefulSet", "kafka")["spec"]["replicas"]
+    names = service["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/hostname"]
+    assert names.split(",") == [cfg.sni_bootstrap] + [
+        sni_name(cfg.sni_broker_host, n) for n in range(brokers)
+    ]
+    # The brokers' own port lets the SNI gateways in, and its upstream is that port.
+    policy = k8s_object("NetworkPolicy", "kafka-from-gateway-sni", SNI)
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"][0]["podSelector"]["matchLabels"].items() <= pod_labels(deployment).items()
+    assert cfg.upstream is not None and cfg.upstream.port == 9093
+    assert terminated_after_drain(pod, cfg)
+
+
+def pod_labels(workload: dict[str, Any]) -> dict[str, str]:
+    return workload["spec"]["template"]["metadata"]["labels"]
+
+
+def terminated_after_drain(pod: dict[str, Any], cfg: Config) -> bool:
+    return pod["terminationGracePeriodSeconds"] > cfg.drain_timeout_s
 
 
 def test_services_headless_for_pods_client_for_the_gateway_only() -> None:

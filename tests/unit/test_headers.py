@@ -407,3 +407,16 @@ def test_kio_encodes_what_the_tests_hand_build() -> None:
         )
         == struct.pack(">hhi", 18, 3, 1) + classic_string("c") + tagged_section()
     )
+
+
+def test_unknown_key_with_a_header_no_schema_describes_is_read_up_to_the_correlation_id():
+    # A vendor key's header version is unknown; a "client id" that does not fit must not
+    # make the request malformed (unknown_api_keys closes or forwards it on its own terms).
+    header = parse_request_header(struct.pack(">hhi", 10000, 3, 7) + b"\x7f\xff\x01")
+    assert (header.api_key, header.api_version, header.correlation_id) == (10000, 3, 7)
+    assert (header.client_id, header.body_offset) == (None, 8)
+
+
+def test_known_key_with_a_truncated_client_id_stays_malformed():
+    with pytest.raises(Malformed):
+        parse_request_header(struct.pack(">hhi", 3, 1, 7) + b"\x7f\xff\x01")
