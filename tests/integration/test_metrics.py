@@ -45,6 +45,8 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_rewrite_errors": ("counter", ["api"]),
     "kafka_gateway_node_endpoints_dropped": ("counter", ["api"]),
     "kafka_gateway_client_aborts": ("counter", []),
+    "kafka_gateway_sni_refused": ("counter", ["reason"]),
+    "kafka_gateway_unknown_api_keys": ("counter", ["action"]),
     "kafka_gateway_feature_finalized_level": ("gauge", ["feature"]),
     "kafka_gateway_feature_finalized_epoch": ("gauge", []),
     "kafka_gateway_feature_supported_min_level": ("gauge", ["feature"]),
