@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import logging
 import os
+import socket
 import sys
 import textwrap
 import warnings
@@ -42,6 +44,7 @@ from gateway.features.store import (
     normalize_chroot,
 )
 from gateway.features.znode import ZNodeError
+from gateway.observability.logging import configure_logging
 
 from .features import (
     Outcome,
@@ -518,7 +521,23 @@ def _describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _operator(args: argparse.Namespace) -> dict[str, object]:
+    """Who changes the levels, for the audit line: the ZooKeeper identity when there is
+    one (what ACLs judge), else the operating-system user; from this host."""
+    user = getpass.getuser()
+    credentials = args.zookeeper_auth or getattr(args, "zookeeper_sasl", None)
+    principal = f"zookeeper:{credentials.partition(':')[0]}" if credentials else f"os:{user}"
+    return {
+        "principal": principal,
+        "address": socket.gethostname(),
+        "via": "featurectl",
+        "os_user": user,
+    }
+
+
 def _update(args: argparse.Namespace) -> int:
+    # The audit line (features.changed) goes to stderr as JSON, apart from the output.
+    configure_logging("json", "info")
     if args.command != "finalize" and not args.allow_downgrade:
         refused = DOWNGRADE_REFUSED if args.command == "downgrade" else DISABLE_REFUSED
         raise CliError(EXIT_REJECTED, refused)
@@ -530,7 +549,12 @@ def _update(args: argparse.Namespace) -> int:
         outcome = Outcome(plan, dry_run=args.dry_run)
         if plan.ok and not args.dry_run:
             try:
-                new_epoch = store.write(plan.target, expected_epoch=finalized.epoch)
+                new_epoch = store.write(
+                    plan.target,
+                    expected_epoch=finalized.epoch,
+                    old=finalized.levels,
+                    who=_operator(args),
+                )
                 outcome = Outcome(plan, new_epoch=new_epoch)
             except EpochConflict as conflict:
                 outcome = Outcome(plan, conflict=conflict)

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
+from ..observability.logging import get_logger
 from .znode import (
     NO_EPOCH,
     Finalized,
@@ -104,12 +105,26 @@ class FeatureStore:
             return Finalized({}, NO_EPOCH)
         return decode_feature_znode(data, stat.version)
 
-    def write(self, levels: Mapping[str, int], expected_epoch: int) -> int:
+    def write(
+        self,
+        levels: Mapping[str, int],
+        expected_epoch: int,
+        *,
+        old: Mapping[str, int] | None = None,
+        who: Mapping[str, object] | None = None,
+    ) -> int:
         """Replace the finalized levels if the epoch is still ``expected_epoch``.
 
         Returns the new epoch. Raises ``EpochConflict`` when another writer got there
-        first (including creating the znode when ``expected_epoch`` is -1).
+        first (including creating the znode when ``expected_epoch`` is -1). Every
+        change is audited here, the one place all writers pass: ``old`` are the levels
+        the writer read at ``expected_epoch``, ``who`` says who asked and from where.
         """
+        new_epoch = self._write(levels, expected_epoch)
+        audit_feature_change(old, levels, expected_epoch, new_epoch, who or {})
+        return new_epoch
+
+    def _write(self, levels: Mapping[str, int], expected_epoch: int) -> int:
         data = encode_feature_znode(levels)
         self._secure()
         if expected_epoch == NO_EPOCH:
@@ -241,3 +256,36 @@ __all__ = [
     "make_client",
     "normalize_chroot",
 ]
+
+
+_audit = get_logger("gateway.audit")
+
+
+def audit_feature_change(
+    old: Mapping[str, int] | None,
+    new: Mapping[str, int],
+    old_epoch: int,
+    new_epoch: int,
+    who: Mapping[str, object],
+) -> None:
+    """One structured line per change of the finalized levels (``features.changed``):
+    who (principal), from where, old -> new levels per feature, and the epochs."""
+    changes = (
+        {
+            name: f"{old.get(name, 0)} -> {new.get(name, 0)}"
+            for name in sorted(set(old) | set(new))
+            if old.get(name, 0) != new.get(name, 0)
+        }
+        if old is not None
+        else None
+    )
+    _audit.info(
+        "features.changed",
+        principal=who.get("principal", "unknown"),
+        address=who.get("address", "unknown"),
+        **{k: v for k, v in who.items() if k not in ("principal", "address")},
+        changes=changes,
+        old_levels=dict(old) if old is not None else None,
+        new_levels=dict(new),
+        epoch=f"{old_epoch} -> {new_epoch}",
+    )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import random
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -56,3 +59,54 @@ class RequestLog:
 
     def emit(self, event: str, **fields: object) -> None:
         self._emit(event, **fields)
+
+
+# Bad input can arrive once per frame: without a limit, one client sending garbage
+# writes a log line per frame (the issue that brought this in saw 199,000 lines). Each
+# event logs at most ``BAD_INPUT_BURST`` lines per ``BAD_INPUT_INTERVAL_S``; the first
+# line of a later interval carries ``suppressed``, the count of lines left out.
+BAD_INPUT_BURST = 10
+BAD_INPUT_INTERVAL_S = 10.0
+
+
+class RateLimitedLogger:
+    """A logger whose lines are limited per event name (see BAD_INPUT_BURST).
+
+    ``configure`` sets the limits for every instance (from ``[log]`` in the config).
+    """
+
+    _burst = BAD_INPUT_BURST
+    _interval_s = BAD_INPUT_INTERVAL_S
+
+    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = get_logger(name)
+        self._clock = clock
+        # event -> [window start, lines logged in the window, lines suppressed in it]
+        self._windows: dict[str, list[float]] = {}
+
+    @classmethod
+    def configure(cls, burst: int, interval_s: float) -> None:
+        cls._burst = burst
+        cls._interval_s = interval_s
+
+    def info(self, event: str, **fields: object) -> None:
+        self._emit(self._log.info, event, fields)
+
+    def warning(self, event: str, **fields: object) -> None:
+        self._emit(self._log.warning, event, fields)
+
+    def error(self, event: str, **fields: object) -> None:
+        self._emit(self._log.error, event, fields)
+
+    def _emit(self, method: Callable[..., Any], event: str, fields: dict[str, object]) -> None:
+        now = self._clock()
+        window = self._windows.get(event)
+        if window is None or now - window[0] >= self._interval_s:
+            if window is not None and window[2]:
+                fields["suppressed"] = int(window[2])
+            window = self._windows[event] = [now, 0, 0]
+        if window[1] >= self._burst:
+            window[2] += 1
+            return
+        window[1] += 1
+        method(event, **fields)

@@ -316,7 +316,7 @@ class FeatureGate:
             if validate_only or target is None or target == dict(finalized.levels):
                 return results, None
             try:
-                epoch = store.write(target, finalized.epoch)
+                epoch = store.write(target, finalized.epoch, old=finalized.levels, who=who)
             except EpochConflict as exc:
                 return [
                     r if not r.ok else UpdateResult(r.feature, FEATURE_UPDATE_FAILED, str(exc))
