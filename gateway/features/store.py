@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -78,14 +79,50 @@ def normalize_chroot(chroot: str) -> str:
     return chroot
 
 
-def make_client(connect: str, *, auth: str | None = None, timeout_s: float = 10.0) -> KazooClient:
-    """A kazoo client (not started). ``auth`` is 'user:password' for digest auth."""
+@dataclass(frozen=True, slots=True)
+class ZooKeeperTls:
+    """TLS towards ZooKeeper's secureClientPort (PEM files; cert and key for mutual TLS)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    check_hostname: bool = True
+
+
+def make_client(
+    connect: str,
+    *,
+    auth: str | None = None,
+    timeout_s: float = 10.0,
+    tls: ZooKeeperTls | None = None,
+    sasl: str | None = None,
+) -> KazooClient:
+    """A kazoo client (not started). ``auth`` is 'user:password' for digest auth (ACL
+    credentials); ``sasl`` 'user:password' for SASL DIGEST-MD5 (the server's JAAS
+    DigestLoginModule); ``tls`` turns TLS on."""
     auth_data = [("digest", auth)] if auth else None
     # Reconnect attempts back off to at most 2 s (kazoo's default is 60 s), so a gateway
     # is back within seconds of ZooKeeper returning.
     retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0}
+    options: dict[str, Any] = {}
+    if sasl:
+        user, _, password = sasl.partition(":")
+        options["sasl_options"] = {
+            "mechanism": "DIGEST-MD5",
+            "username": user,
+            "password": password,
+        }
+    if tls is not None:
+        options.update(
+            use_ssl=True,
+            ca=tls.ca,
+            certfile=tls.cert,
+            keyfile=tls.key,
+            verify_certs=True,
+            check_hostname=tls.check_hostname,
+        )
     return KazooClient(
-        hosts=connect, timeout=timeout_s, auth_data=auth_data, connection_retry=retry
+        hosts=connect, timeout=timeout_s, auth_data=auth_data, connection_retry=retry, **options
     )
 
 
