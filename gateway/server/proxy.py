@@ -452,14 +452,26 @@ class ClientConnection(asyncio.Protocol):
                 ),
             )
             return
+        try:
+            asked = internal.parse_describe_cluster_request(header.api_version, body)
+        except ValueError as exc:
+            # Kafka closes a connection whose request it cannot parse (found by fuzzing:
+            # the error used to escape from the broker's answer to our Metadata request).
+            self._violation("client", ProtocolViolation("malformed_request", str(exc)))
+            return
 
         def on_metadata(payload: memoryview) -> None:
             spec = api_spec(METADATA)
             assert spec is not None
-            offset = response_body_offset(payload, spec.response_header_version(version))
-            answer = internal.describe_cluster_from_metadata(
-                header, body, version, payload[offset:], self.gateway.router
-            )
+            try:
+                offset = response_body_offset(payload, spec.response_header_version(version))
+                answer = internal.describe_cluster_from_metadata(
+                    header, asked, version, payload[offset:], self.gateway.router
+                )
+            except Exception as exc:  # a broker's Metadata answer we cannot read
+                self._rewrite_failed(entry, repr(exc))
+                self.close()
+                return
             self._release(
                 self.inflight.answer_locally(
                     entry, frame(self._with_software(header.api_version, answer))
