@@ -34,6 +34,7 @@ from gateway.protocol import (
     InFlight,
     ProtocolViolation,
     RequestFrame,
+    RequestHeader,
     RequestReader,
     ResponseFrame,
     ResponseReader,
@@ -300,3 +301,18 @@ def test_every_request_interceptor_survives_a_malformed_body(
     for item in reader.feed(frame(payload + mangled)):
         if isinstance(item, RequestFrame):
             handle_request(item)
+
+
+def test_a_claimed_array_length_beyond_the_body_is_refused_before_kio_allocates() -> None:
+    # Found by bench/fuzz_gateway.py: kio's native reader sized an allocation from a
+    # claimed array length (2**31-1 items) and the gateway process aborted.
+    huge = b"\xff\xff\xff\xff\x07"  # uvarint 2**31-1: a compact array of 2**31-2 items
+    body = struct.pack(">i", 30000) + huge
+    try:
+        parse_update_features(1, body)
+    except ValueError as exc:
+        assert "does not fit its schema" in str(exc)
+    else:
+        raise AssertionError("a body claiming 2**31 items decoded")
+    answer = answer_api_versions(RequestHeader(API_VERSIONS, 3, 1, None, 10), huge, RANGES)
+    assert answer.error_code == 42  # INVALID_REQUEST, the connection stays
