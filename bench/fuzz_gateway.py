@@ -35,19 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.protocol._wire import write_uvarint as uvarint
 from tests.harness import GatewayProcess, TansuBroker, ZooKeeperProcess
 
 PROBE_ID = 0x7EADBEEF
 MAX_FRAME = 1 << 20  # the gateway runs with this max_frame_bytes
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def cstr(value: str) -> bytes:
