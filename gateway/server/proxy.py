@@ -648,7 +648,8 @@ class ClientConnection(asyncio.Protocol):
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
-            log.info(
+            # Rate-limited: garbage a client sends through makes the broker close.
+            limited.info(
                 "upstream.closed",
                 upstream=str(self.upstream_address),
                 peer=self.peer,
