@@ -295,7 +295,7 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=1_000_000)
     parser.add_argument("--duration", type=float, default=600.0, help="upper bound, seconds")
     parser.add_argument("--connections", type=int, default=64, help="concurrent connections")
-    parser.add_argument("--batch", type=int, default=10, help="frames per connection")
+    parser.add_argument("--batch", type=int, default=5, help="frames per connection")
     parser.add_argument("--hang-s", type=float, default=20.0, help="probe answer deadline")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--workdir", type=Path, default=None)

@@ -195,7 +195,11 @@ class ClientConnection(asyncio.Protocol):
             if isinstance(item, _BUFFERS):
                 upstream.write(item)
             elif isinstance(item, RequestFrame):
-                self._on_request(item)
+                try:
+                    self._on_request(item)
+                except Exception as exc:  # a bug must cost this connection, not the loop
+                    self._handler_failed(item, exc)
+                    return
             elif isinstance(item, ProtocolViolation):
                 self._violation("client", item)
                 return
@@ -274,6 +278,20 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         self._answer_locally(request.request, payload)
+
+    def _handler_failed(self, request: RequestFrame, exc: Exception) -> None:
+        """An interceptor raised on a client's request: log (rate-limited, with the
+        traceback), count, and close this connection as Kafka closes on a request it
+        cannot handle."""
+        self.gateway.metrics.rejected.labels("handler_error").inc()
+        limited.error(
+            "request.handler_failed",
+            api_key=request.header.api_key,
+            version=request.header.api_version,
+            error=repr(exc),
+            **self._who(),
+        )
+        self.close()
 
     def _gated_by(self, api_key: int, version: int) -> tuple[str, int] | None:
         """(feature, level) when only an unfinalized feature level withholds this version."""

@@ -316,3 +316,14 @@ def test_a_claimed_array_length_beyond_the_body_is_refused_before_kio_allocates(
         raise AssertionError("a body claiming 2**31 items decoded")
     answer = answer_api_versions(RequestHeader(API_VERSIONS, 3, 1, None, 10), huge, RANGES)
     assert answer.error_code == 42  # INVALID_REQUEST, the connection stays
+
+
+def test_a_null_feature_updates_array_is_an_invalid_request() -> None:
+    # Found by bench/fuzz_gateway.py: a compact array length of 0 (null) raised TypeError.
+    body = struct.pack(">i", 30000) + b"\x00" + b"\x00" + b"\x00"  # null array, flag, tags
+    try:
+        parse_update_features(1, body)
+    except ValueError as exc:
+        assert "null" in str(exc)
+    else:
+        raise AssertionError("a null FeatureUpdates array decoded")
