@@ -205,6 +205,7 @@ class Stats:
         self.probes_answered = 0
         self.hangs = 0
         self.connect_errors = 0
+        self.rss_mib: list[float] = []
 
 
 async def connection(
@@ -260,12 +261,19 @@ async def wait_for_probe(reader: asyncio.StreamReader, hang_s: float) -> bool:
             return True
 
 
-async def run(args: argparse.Namespace, host: str, port: int, stats: Stats) -> float:
+async def run(
+    args: argparse.Namespace, host: str, port: int, stats: Stats, pid: int | None = None
+) -> float:
     rng = random.Random(args.seed)
     start = time.monotonic()
     deadline = start + args.duration
     pending: set[asyncio.Task[None]] = set()
+    next_sample = 0
     while stats.frames < args.frames and time.monotonic() < deadline:
+        if pid is not None and stats.frames >= next_sample:
+            # RSS along the run: a leak grows with frames, a warm-up settles.
+            stats.rss_mib.append(round(rss_kib(pid) / 1024, 1))
+            next_sample += args.frames // 10
         while len(pending) < args.connections:
             child = random.Random(rng.getrandbits(64))
             task = asyncio.create_task(
@@ -319,7 +327,7 @@ def main() -> int:
         warm_up = argparse.Namespace(**{**vars(args), "frames": 2000})
         asyncio.run(run(warm_up, *_hp(gateway), Stats()))
         rss_before = rss_kib(pid)
-        elapsed = asyncio.run(run(args, *_hp(gateway), stats))
+        elapsed = asyncio.run(run(args, *_hp(gateway), stats, pid))
         time.sleep(2)  # let closed connections be torn down
         alive = gateway.running
         rss_after = rss_kib(pid) if alive else None
@@ -349,6 +357,7 @@ def main() -> int:
         "log_lines_suppressed": suppressed,
         "rss_before_mib": round(rss_before / 1024, 1),
         "rss_after_mib": round(rss_after / 1024, 1) if rss_after is not None else None,
+        "rss_every_tenth_mib": stats.rss_mib,
         "gateway_log": str(gateway.log_path),
     }
     print(json.dumps(report, indent=2))
