@@ -9,6 +9,8 @@ import structlog
 
 from gateway.config import ConfigError, load_config
 from gateway.observability.logging import RateLimitedLogger
+from gateway.observability.metrics import TrafficCollector
+from gateway.protocol._stats import ApiStats
 
 
 class Clock:
@@ -74,3 +76,13 @@ def test_hardening_settings_load_from_their_tables(tmp_path: Path) -> None:
     assert cfg.features_update_allowed_principals == ("User:ops",)
     assert cfg.zookeeper_tls and not cfg.zookeeper_tls_check_hostname
     assert (cfg.log_bad_input_burst, cfg.log_bad_input_interval_s) == (5, 2.5)
+
+
+def test_request_counts_for_keys_and_versions_without_a_schema_share_one_series() -> None:
+    collector = TrafficCollector()
+    who = ("sidecar", "fuzz", "1")
+    for key, version in ((3, 12), (999, 0), (3, 32000), (-5, 7)):
+        stats = ApiStats()
+        stats.requests[(key, version)] = 1
+        collector.fold(who, stats, 0, 0)
+    assert collector.requests == {(*who, 3, 12): 1, (*who, -1, -1): 3}
