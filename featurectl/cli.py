@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import logging
 import os
+import socket
 import sys
 import textwrap
 import warnings
@@ -40,10 +42,12 @@ from gateway.features.store import (
     ZOOKEEPER_ENV,
     EpochConflict,
     FeatureStore,
+    ZooKeeperTls,
     make_client,
     normalize_chroot,
 )
 from gateway.features.znode import ZNodeError
+from gateway.observability.logging import configure_logging
 
 from .features import (
     Outcome,
@@ -63,6 +67,7 @@ EXIT_REJECTED = 1
 EXIT_USAGE = 2
 
 ZOOKEEPER_AUTH_ENV = "KAFKA_GATEWAY_ZOOKEEPER_AUTH"
+ZOOKEEPER_SASL_ENV = "KAFKA_GATEWAY_ZOOKEEPER_SASL"
 DEFAULT_TIMEOUT_S = 10.0
 
 _EXIT_CODES = """\
@@ -225,6 +230,50 @@ def _wrap(text: str) -> str:
     return textwrap.fill(text, width=88)
 
 
+def _zookeeper_security_options(group: argparse._ArgumentGroup) -> None:
+    """TLS and SASL towards ZooKeeper, as the gateway's [zookeeper_tls] / zookeeper_sasl."""
+    group.add_argument(
+        "--zookeeper-sasl",
+        metavar="USER:PASSWORD",
+        type=zookeeper_auth,
+        default=os.environ.get(ZOOKEEPER_SASL_ENV) or None,
+        help=f"authenticate with SASL DIGEST-MD5 (server JAAS DigestLoginModule) "
+        f"[${ZOOKEEPER_SASL_ENV}]",
+    )
+    group.add_argument(
+        "--zookeeper-tls",
+        action="store_true",
+        help="connect to ZooKeeper's secureClientPort over TLS",
+    )
+    group.add_argument(
+        "--zookeeper-tls-ca", metavar="PEM", help="CA that signs ZooKeeper's certificate"
+    )
+    group.add_argument(
+        "--zookeeper-tls-cert", metavar="PEM", help="client certificate (mutual TLS)"
+    )
+    group.add_argument("--zookeeper-tls-key", metavar="PEM", help="its private key")
+    group.add_argument(
+        "--zookeeper-tls-no-check-hostname",
+        dest="zookeeper_tls_check_hostname",
+        action="store_false",
+        help="verify ZooKeeper's certificate chain but not the name in it",
+    )
+
+
+def _zookeeper_tls(args: argparse.Namespace) -> ZooKeeperTls | None:
+    tls_files = (args.zookeeper_tls_ca, args.zookeeper_tls_cert, args.zookeeper_tls_key)
+    if not args.zookeeper_tls:
+        if any(tls_files):
+            raise CliError(EXIT_USAGE, "--zookeeper-tls-* options need --zookeeper-tls")
+        return None
+    if (args.zookeeper_tls_cert is None) != (args.zookeeper_tls_key is None):
+        raise CliError(EXIT_USAGE, "pass --zookeeper-tls-cert and --zookeeper-tls-key together")
+    for path in tls_files:
+        if path is not None and not os.path.isfile(path):
+            raise CliError(EXIT_USAGE, f"TLS file {path} does not exist")
+    return ZooKeeperTls(*tls_files, check_hostname=args.zookeeper_tls_check_hostname)
+
+
 def _common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("ZooKeeper and output")
@@ -246,6 +295,7 @@ def _common_options() -> argparse.ArgumentParser:
         default=os.environ.get(ZOOKEEPER_AUTH_ENV) or None,
         help=f"authenticate with ZooKeeper's digest scheme [${ZOOKEEPER_AUTH_ENV}]",
     )
+    _zookeeper_security_options(group)
     group.add_argument(
         "--timeout",
         metavar="SECONDS",
@@ -434,7 +484,12 @@ def _store(args: argparse.Namespace) -> Iterator[FeatureStore]:
     where = f"ZooKeeper at {args.zookeeper}"
     try:
         chroot = normalize_chroot(args.chroot)
-        client = make_client(args.zookeeper, auth=args.zookeeper_auth)
+        client = make_client(
+            args.zookeeper,
+            auth=args.zookeeper_auth,
+            tls=_zookeeper_tls(args),
+            sasl=args.zookeeper_sasl,
+        )
     except ValueError as exc:
         raise CliError(EXIT_USAGE, f"invalid --zookeeper/--chroot: {exc}") from None
     # kazoo logs every failed connection attempt; Python's last-resort handler would
@@ -523,7 +578,23 @@ def _describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _operator(args: argparse.Namespace) -> dict[str, object]:
+    """Who changes the levels, for the audit line: the ZooKeeper identity when there is
+    one (what ACLs judge), else the operating-system user; from this host."""
+    user = getpass.getuser()
+    credentials = args.zookeeper_auth or getattr(args, "zookeeper_sasl", None)
+    principal = f"zookeeper:{credentials.partition(':')[0]}" if credentials else f"os:{user}"
+    return {
+        "principal": principal,
+        "address": socket.gethostname(),
+        "via": "featurectl",
+        "os_user": user,
+    }
+
+
 def _update(args: argparse.Namespace) -> int:
+    # The audit line (features.changed) goes to stderr as JSON, apart from the output.
+    configure_logging("json", "info")
     if args.command != "finalize" and not args.allow_downgrade:
         refused = DOWNGRADE_REFUSED if args.command == "downgrade" else DISABLE_REFUSED
         raise CliError(EXIT_REJECTED, refused)
@@ -535,7 +606,12 @@ def _update(args: argparse.Namespace) -> int:
         outcome = Outcome(plan, dry_run=args.dry_run)
         if plan.ok and not args.dry_run:
             try:
-                new_epoch = store.write(plan.target, expected_epoch=finalized.epoch)
+                new_epoch = store.write(
+                    plan.target,
+                    expected_epoch=finalized.epoch,
+                    old=finalized.levels,
+                    who=_operator(args),
+                )
                 outcome = Outcome(plan, new_epoch=new_epoch)
             except EpochConflict as conflict:
                 outcome = Outcome(plan, conflict=conflict)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from .commands import pasteable, shell_command
 from .config import Config, ConfigError, HostPort, load_config
-from .observability.logging import configure_logging, get_logger
+from .observability.logging import RateLimitedLogger, configure_logging, get_logger
 
 EPILOG = """\
 examples:
@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka-gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_format, config.log_level)
+    RateLimitedLogger.configure(config.log_bad_input_burst, config.log_bad_input_interval_s)
     try:
         return run(config)
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .features.catalogue import CatalogueError, load_catalogue
+from .principal import PrincipalRuleError, parse_rules
 from .protocol import DEFAULT_MAX_FRAME_BYTES
 from .server.tls import CLIENT_AUTH, TlsSetupError, client_side_context, upstream_context
 
@@ -132,6 +133,26 @@ class Config:
     # A request with an API key the gateway does not know: "close" the connection (as
     # Kafka does) or "forward" it untouched (vendor keys, e.g. Confluent Cloud's 10000).
     unknown_api_keys: UnknownApiKeys = "close"
+    # -- hardening (issue 13) ----------------------------------------------------------
+    # Log lines about bad input: at most this many per event and interval; the next
+    # line after an interval with more carries ``suppressed`` (the count left out).
+    log_bad_input_burst: int = 10
+    log_bad_input_interval_s: float = 10.0
+    # Kafka's ssl.principal.mapping.rules: how a client certificate's subject becomes
+    # the connection's principal ("User:" + the result), e.g. "RULE:^CN=(.*?),.*$/$1/L,DEFAULT".
+    tls_principal_mapping_rules: str = "DEFAULT"
+    # Principals ("User:CN=ops,O=example" or "User:ops" after mapping) allowed to send
+    # UpdateFeatures. With features_update_allowed_from as well, both must match.
+    features_update_allowed_principals: tuple[str, ...] = ()
+    # TLS towards ZooKeeper ([zookeeper_tls]); zookeeper_tls_cert/key for mutual TLS.
+    zookeeper_tls: bool = False
+    zookeeper_tls_ca: str | None = None
+    zookeeper_tls_cert: str | None = None
+    zookeeper_tls_key: str | None = None
+    zookeeper_tls_check_hostname: bool = True
+    # SASL towards ZooKeeper: "user:password" with DIGEST-MD5 (the server's JAAS
+    # DigestLoginModule); zookeeper_auth is the other kind, digest ACL credentials.
+    zookeeper_sasl: str | None = None
 
     @property
     def advertised(self) -> str:
@@ -215,6 +236,7 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
         ("tls", "tls_"),
         ("upstream_tls", "upstream_tls_"),
         ("sni", "sni_"),
+        ("zookeeper_tls", "zookeeper_tls_"),
     ):
         section = flat.pop(table, None)
         if section is None:
@@ -248,7 +270,13 @@ def _convert(key: str, value: Any) -> Any:
         return parse_host_port(key, value, default_host="127.0.0.1" if key == "listen" else None)
     if key == "upstream":
         return parse_host_port(key, value)
-    if key in ("synthesize_describe_cluster", "upstream_tls", "upstream_tls_check_hostname"):
+    if key in (
+        "synthesize_describe_cluster",
+        "upstream_tls",
+        "upstream_tls_check_hostname",
+        "zookeeper_tls",
+        "zookeeper_tls_check_hostname",
+    ):
         if not isinstance(value, bool):
             raise ConfigError(key, f"expected true or false, got {value!r}")
         return value
@@ -258,6 +286,7 @@ def _convert(key: str, value: Any) -> Any:
         "port_base",
         "broker_software_name_tag",
         "broker_software_version_tag",
+        "log_bad_input_burst",
     ):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {value!r}")
@@ -275,7 +304,18 @@ def _convert(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise ConfigError(key, f"expected a fraction between 0 and 1, got {value!r}")
         return float(value)
-    if key in ("upstream_connect_timeout_s", "drain_timeout_s", "zookeeper_timeout_s"):
+    if key == "features_update_allowed_principals":
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(v, str) and v.startswith("User:") for v in value
+        ):
+            raise ConfigError(key, f"expected a list of 'User:NAME' principals, got {value!r}")
+        return tuple(value)
+    if key in (
+        "upstream_connect_timeout_s",
+        "drain_timeout_s",
+        "zookeeper_timeout_s",
+        "log_bad_input_interval_s",
+    ):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(key, f"expected a number of seconds, got {value!r}")
         return float(value)
@@ -330,7 +370,12 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(
             "max_frame_bytes", f"must be between 64 and 2147483647, got {cfg.max_frame_bytes}"
         )
-    for key in ("upstream_connect_timeout_s", "drain_timeout_s", "zookeeper_timeout_s"):
+    for key in (
+        "upstream_connect_timeout_s",
+        "drain_timeout_s",
+        "zookeeper_timeout_s",
+        "log_bad_input_interval_s",
+    ):
         if not getattr(cfg, key) > 0:  # "not >" also rejects NaN, which TOML allows
             raise ConfigError(key, f"must be > 0, got {getattr(cfg, key)}")
     if cfg.node_id is not None and cfg.node_id < 0:
@@ -355,6 +400,7 @@ def _validate(cfg: Config) -> None:
         )
     if cfg.zookeeper_chroot.strip("/") == "":
         raise ConfigError("zookeeper_chroot", "must name a path below '/', e.g. /kafka-gateway")
+    _validate_hardening(cfg)
     if cfg.zookeeper_auth is not None and ":" not in cfg.zookeeper_auth:
         raise ConfigError("zookeeper_auth", "expected 'user:password'")
     if cfg.gateway_id is not None and (
@@ -468,3 +514,25 @@ def _validate_tls(cfg: Config) -> None:
         upstream_context(cfg)
     except TlsSetupError as exc:
         raise ConfigError(exc.key, exc.reason) from None
+
+
+def _validate_hardening(cfg: Config) -> None:
+    """Issue 13's settings: log limits, principal mapping, ZooKeeper TLS and SASL."""
+    if cfg.log_bad_input_burst < 1:
+        raise ConfigError("log_bad_input_burst", f"must be >= 1, got {cfg.log_bad_input_burst}")
+    try:
+        parse_rules(cfg.tls_principal_mapping_rules)
+    except PrincipalRuleError as exc:
+        raise ConfigError("tls.principal_mapping_rules", str(exc)) from None
+    if cfg.zookeeper_sasl is not None and ":" not in cfg.zookeeper_sasl:
+        raise ConfigError("zookeeper_sasl", "expected 'user:password'")
+    if (cfg.zookeeper_tls_cert is None) != (cfg.zookeeper_tls_key is None):
+        raise ConfigError(
+            "zookeeper_tls.key", "set zookeeper_tls_cert and zookeeper_tls_key together"
+        )
+    for key in ("zookeeper_tls_ca", "zookeeper_tls_cert", "zookeeper_tls_key"):
+        path = getattr(cfg, key)
+        if path is not None and not cfg.zookeeper_tls:
+            raise ConfigError(key, "set zookeeper_tls = true ([zookeeper_tls] enabled) to use it")
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(key, f"file {path} does not exist")

@@ -19,11 +19,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
+from ..observability.logging import get_logger
 from .znode import (
     NO_EPOCH,
     Finalized,
@@ -80,14 +82,50 @@ def normalize_chroot(chroot: str) -> str:
     return chroot
 
 
-def make_client(connect: str, *, auth: str | None = None, timeout_s: float = 10.0) -> KazooClient:
-    """A kazoo client (not started). ``auth`` is 'user:password' for digest auth."""
+@dataclass(frozen=True, slots=True)
+class ZooKeeperTls:
+    """TLS towards ZooKeeper's secureClientPort (PEM files; cert and key for mutual TLS)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    check_hostname: bool = True
+
+
+def make_client(
+    connect: str,
+    *,
+    auth: str | None = None,
+    timeout_s: float = 10.0,
+    tls: ZooKeeperTls | None = None,
+    sasl: str | None = None,
+) -> KazooClient:
+    """A kazoo client (not started). ``auth`` is 'user:password' for digest auth (ACL
+    credentials); ``sasl`` 'user:password' for SASL DIGEST-MD5 (the server's JAAS
+    DigestLoginModule); ``tls`` turns TLS on."""
     auth_data = [("digest", auth)] if auth else None
     # Reconnect attempts back off to at most 2 s (kazoo's default is 60 s), so a gateway
     # is back within seconds of ZooKeeper returning.
     retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0}
+    options: dict[str, Any] = {}
+    if sasl:
+        user, _, password = sasl.partition(":")
+        options["sasl_options"] = {
+            "mechanism": "DIGEST-MD5",
+            "username": user,
+            "password": password,
+        }
+    if tls is not None:
+        options.update(
+            use_ssl=True,
+            ca=tls.ca,
+            certfile=tls.cert,
+            keyfile=tls.key,
+            verify_certs=True,
+            check_hostname=tls.check_hostname,
+        )
     return KazooClient(
-        hosts=connect, timeout=timeout_s, auth_data=auth_data, connection_retry=retry
+        hosts=connect, timeout=timeout_s, auth_data=auth_data, connection_retry=retry, **options
     )
 
 
@@ -107,12 +145,26 @@ class FeatureStore:
             return Finalized({}, NO_EPOCH)
         return decode_feature_znode(data, stat.version)
 
-    def write(self, levels: Mapping[str, int], expected_epoch: int) -> int:
+    def write(
+        self,
+        levels: Mapping[str, int],
+        expected_epoch: int,
+        *,
+        old: Mapping[str, int] | None = None,
+        who: Mapping[str, object] | None = None,
+    ) -> int:
         """Replace the finalized levels if the epoch is still ``expected_epoch``.
 
         Returns the new epoch. Raises ``EpochConflict`` when another writer got there
-        first (including creating the znode when ``expected_epoch`` is -1).
+        first (including creating the znode when ``expected_epoch`` is -1). Every
+        change is audited here, the one place all writers pass: ``old`` are the levels
+        the writer read at ``expected_epoch``, ``who`` says who asked and from where.
         """
+        new_epoch = self._write(levels, expected_epoch)
+        audit_feature_change(old, levels, expected_epoch, new_epoch, who or {})
+        return new_epoch
+
+    def _write(self, levels: Mapping[str, int], expected_epoch: int) -> int:
         data = encode_feature_znode(levels)
         self._secure()
         if expected_epoch == NO_EPOCH:
@@ -244,3 +296,36 @@ __all__ = [
     "make_client",
     "normalize_chroot",
 ]
+
+
+_audit = get_logger("gateway.audit")
+
+
+def audit_feature_change(
+    old: Mapping[str, int] | None,
+    new: Mapping[str, int],
+    old_epoch: int,
+    new_epoch: int,
+    who: Mapping[str, object],
+) -> None:
+    """One structured line per change of the finalized levels (``features.changed``):
+    who (principal), from where, old -> new levels per feature, and the epochs."""
+    changes = (
+        {
+            name: f"{old.get(name, 0)} -> {new.get(name, 0)}"
+            for name in sorted(set(old) | set(new))
+            if old.get(name, 0) != new.get(name, 0)
+        }
+        if old is not None
+        else None
+    )
+    _audit.info(
+        "features.changed",
+        principal=who.get("principal", "unknown"),
+        address=who.get("address", "unknown"),
+        **{k: v for k, v in who.items() if k not in ("principal", "address")},
+        changes=changes,
+        old_levels=dict(old) if old is not None else None,
+        new_levels=dict(new),
+        epoch=f"{old_epoch} -> {new_epoch}",
+    )

@@ -13,7 +13,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import compact_array_reader, legacy_array_reader
 from kio.serial.writers import compact_array_writer, legacy_array_writer
 
-from ..protocol._walk import unwrap_optional
+from ..protocol._walk import measure, unwrap_optional
+from ..protocol._wire import Incomplete, Malformed
 
 __all__ = [
     "decode_request",
@@ -65,6 +66,16 @@ def encode_response(entity: Any) -> bytes:
 
 
 def decode_request(api_key: int, version: int, body: bytes | memoryview) -> Any:
+    """kio's decode of a request body from a client.
+
+    Walked first (``measure``): kio's native reader allocates what an array length
+    claims, and a client claiming 2**31-1 items made the gateway abort (found by
+    bench/fuzz_gateway.py). Raises ValueError when the walk fails.
+    """
+    try:
+        measure(load_request_schema(api_key, version), body)
+    except (Incomplete, Malformed) as exc:
+        raise ValueError(f"request {api_key} v{version} does not fit its schema: {exc!r}") from None
     reader, _ = _request_codec(api_key, version)
     entity, _size = reader(body, 0)
     return entity

@@ -44,6 +44,8 @@ def parse_update_features(version: int, body: bytes | memoryview) -> UpdateFeatu
         request = decode_request(UPDATE_FEATURES, version, body)
     except Exception as exc:  # kio raises assorted errors on malformed bodies
         raise ValueError(f"UpdateFeatures v{version} body does not decode: {exc!r}") from None
+    if request.feature_updates is None:  # a null array where Kafka's schema has none
+        raise ValueError(f"UpdateFeatures v{version}: FeatureUpdates is null")
     updates = []
     for item in request.feature_updates:
         if version == 0:

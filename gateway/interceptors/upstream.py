@@ -80,17 +80,26 @@ def metadata_request(correlation_id: int, version: int) -> bytes:
     return _request_frame(METADATA, version, correlation_id, encode_request(schema(**kwargs)))
 
 
+def parse_describe_cluster_request(version: int, body: bytes | memoryview) -> Any:
+    """Decode a DescribeCluster request body; raises ValueError when it does not decode
+    (checked before anything is asked upstream: Kafka closes on such a request)."""
+    try:
+        return decode_request(DESCRIBE_CLUSTER, version, body)
+    except Exception as exc:  # kio raises assorted errors on malformed bodies
+        raise ValueError(f"DescribeCluster v{version} body does not decode: {exc!r}") from None
+
+
 def describe_cluster_from_metadata(
     request: RequestHeader,
-    request_body: bytes,
+    asked: Any,
     metadata_version: int,
     metadata_body: bytes | memoryview,
     book: AddressBook,
 ) -> bytes:
     """A DescribeCluster response payload (header + body) at the client's version,
-    built from a Metadata response, with brokers at their gateway addresses."""
+    built from a Metadata response, with brokers at their gateway addresses. ``asked``
+    is the request, from ``parse_describe_cluster_request``."""
     version = request.api_version
-    asked = decode_request(DESCRIBE_CLUSTER, version, request_body)
     metadata = decode_response(
         METADATA, metadata_version, strip_unknown_tags(METADATA, metadata_version, metadata_body)
     )

@@ -7,6 +7,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -60,24 +61,62 @@ class RequestLog:
         self._emit(event, **fields)
 
 
-class Throttle:
-    """Rate limit for log lines that bad input can trigger at will: at most one line per
-    key every ``interval_s`` seconds; the lines held back are counted and reported with
-    the next one that goes out (``suppressed=N``), so nothing is silently lost."""
+# Bad input can arrive once per frame: without a limit, one client sending garbage
+# writes a log line per frame (the issue that brought this in saw 199,000 lines). Each
+# event logs at most ``BAD_INPUT_BURST`` lines per ``BAD_INPUT_INTERVAL_S``; the first
+# line of a later interval carries ``suppressed``, the count of lines left out.
+BAD_INPUT_BURST = 10
+BAD_INPUT_INTERVAL_S = 10.0
+# Distinct (event, key) windows kept before they are forgotten all at once.
+_MAX_LIMITED_KEYS = 1000
 
-    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self.interval_s = interval_s
+
+class RateLimitedLogger:
+    """A logger whose lines are limited per event name (see BAD_INPUT_BURST).
+
+    ``configure`` sets the limits for every instance (from ``[log]`` in the config).
+    """
+
+    _burst = BAD_INPUT_BURST
+    _interval_s = BAD_INPUT_INTERVAL_S
+
+    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = get_logger(name)
         self._clock = clock
-        self._next: dict[object, float] = {}
-        self._held: dict[object, int] = {}
+        # event -> [window start, lines logged in the window, lines suppressed in it]
+        self._windows: dict[object, list[float]] = {}
 
-    def allow(self, key: object) -> int | None:
-        """None: stay quiet; else log now, reporting this many lines held back."""
+    @classmethod
+    def configure(cls, burst: int, interval_s: float) -> None:
+        cls._burst = burst
+        cls._interval_s = interval_s
+
+    # ``limit_key``: limit lines per (event, key) instead of per event, e.g. one line per
+    # unknown API key, so one noisy key does not hide another.
+    def info(self, event: str, *, limit_key: object = None, **fields: object) -> None:
+        self._emit(self._log.info, event, limit_key, fields)
+
+    def warning(self, event: str, *, limit_key: object = None, **fields: object) -> None:
+        self._emit(self._log.warning, event, limit_key, fields)
+
+    def error(self, event: str, *, limit_key: object = None, **fields: object) -> None:
+        self._emit(self._log.error, event, limit_key, fields)
+
+    def _emit(
+        self, method: Callable[..., Any], event: str, limit_key: object, fields: dict[str, object]
+    ) -> None:
         now = self._clock()
-        if now < self._next.get(key, 0.0):
-            self._held[key] = self._held.get(key, 0) + 1
-            return None
-        if len(self._next) > 1000:  # keys come from clients: bound the table
-            self._next.clear()
-        self._next[key] = now + self.interval_s
-        return self._held.pop(key, 0)
+        key = event if limit_key is None else (event, limit_key)
+        window = self._windows.get(key)
+        if window is None or now - window[0] >= self._interval_s:
+            if window is not None and window[2]:
+                fields["suppressed"] = int(window[2])
+            if window is None and len(self._windows) >= _MAX_LIMITED_KEYS:
+                # Keys can come from clients (API keys): bound the table.
+                self._windows.clear()
+            window = self._windows[key] = [now, 0, 0]
+        if window[1] >= self._burst:
+            window[2] += 1
+            return
+        window[1] += 1
+        method(event, **fields)

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..protocol._apis import api_name
+from ..protocol._apis import api_name, has_schema
 from ..protocol._stats import LATENCY_BUCKETS, ApiStats
 
 # Why a frame or connection was refused; the bounded label set of rejected_requests.
@@ -38,6 +38,10 @@ REJECT_REASONS = (
     "gated_by_feature",
     "invalid_client_software",
     "unauthorized",
+    # A request body that does not decode where the gateway must read it (closed), and
+    # an interceptor that failed on a request (closed; request.handler_failed).
+    "malformed_request",
+    "handler_error",
 )
 
 TRAFFIC_LABELS = (
@@ -68,6 +72,11 @@ class TrafficCollector(Collector):
         """Add one connection's counts (already taken from it) under its labels."""
         for target, source in ((self.requests, stats.requests), (self.responses, stats.responses)):
             for (key, version), count in source.items():
+                if not has_schema(key, version):
+                    # Keys and versions no schema has (garbage, fuzzing) share one
+                    # series: counted per value they would grow the label set without
+                    # bound (bench/fuzz_gateway.py saw RSS creep from exactly that).
+                    key = version = -1
                 label = (*who, key, version)
                 target[label] = target.get(label, 0) + count
         for key, histogram in stats.latency.items():

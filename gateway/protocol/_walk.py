@@ -220,6 +220,18 @@ def field_offset(cls: type, name: str, body: bytes | bytearray | memoryview) -> 
     return _run(fields(cls, stop_before=name), body, 0)
 
 
+def measure(cls: type, body: bytes | bytearray | memoryview) -> int:
+    """The length of the ``cls`` entity at the start of ``body``, found by walking it.
+
+    Raises ``Incomplete`` when ``body`` ends first, ``Malformed`` on an impossible
+    length. The walk allocates nothing, and each array item costs at least one byte of
+    ``body``, so it takes at most ``len(body)`` steps whatever lengths the bytes claim:
+    run before a decoder that sizes its buffers from them (kio's native reader aborts
+    the process when a claimed array length does not fit in memory).
+    """
+    return _run(_entity(cls), body, 0)
+
+
 def _run(walk: Walk, body: bytes | bytearray | memoryview, start: int) -> int:
     """Drive ``walk`` over a body held whole; return where it stopped."""
     pos, end = start, len(body)

@@ -31,7 +31,13 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ..features.catalogue import Catalogue, load_catalogue, missing_for, supported, version_caps
-from ..features.store import EpochConflict, FeatureStore, GatewayIdTaken, make_client
+from ..features.store import (
+    EpochConflict,
+    FeatureStore,
+    GatewayIdTaken,
+    ZooKeeperTls,
+    make_client,
+)
 from ..features.validation import (
     FEATURE_UPDATE_FAILED,
     FeatureUpdate,
@@ -98,7 +104,11 @@ class FeatureGate:
         cfg = self.config
         assert cfg.zookeeper is not None
         client = make_client(
-            cfg.zookeeper, auth=cfg.zookeeper_auth, timeout_s=cfg.zookeeper_timeout_s
+            cfg.zookeeper,
+            auth=cfg.zookeeper_auth,
+            timeout_s=cfg.zookeeper_timeout_s,
+            tls=zookeeper_tls(cfg),
+            sasl=cfg.zookeeper_sasl,
         )
         self._client = client
         self._store = FeatureStore(client, cfg.zookeeper_chroot, auth=cfg.zookeeper_auth)
@@ -316,7 +326,7 @@ class FeatureGate:
             if validate_only or target is None or target == dict(finalized.levels):
                 return results, None
             try:
-                epoch = store.write(target, finalized.epoch)
+                epoch = store.write(target, finalized.epoch, old=finalized.levels, who=who)
             except EpochConflict as exc:
                 return [
                     r if not r.ok else UpdateResult(r.feature, FEATURE_UPDATE_FAILED, str(exc))
@@ -402,3 +412,15 @@ class FeatureGate:
         """Register at startup (raises FeatureStartupError if the id is taken)."""
         if self._store is not None and self.supported is not None:
             await self._register(at_startup=True)
+
+
+def zookeeper_tls(cfg: Config) -> ZooKeeperTls | None:
+    """The [zookeeper_tls] settings, or None when TLS to ZooKeeper is off."""
+    if not cfg.zookeeper_tls:
+        return None
+    return ZooKeeperTls(
+        cfg.zookeeper_tls_ca,
+        cfg.zookeeper_tls_cert,
+        cfg.zookeeper_tls_key,
+        cfg.zookeeper_tls_check_hostname,
+    )

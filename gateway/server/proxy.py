@@ -20,6 +20,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
+from ..config import HostPort
 from ..features.catalogue import required_level
 from ..features.validation import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UpdateResult
 from ..interceptors import upstream as internal
@@ -28,7 +29,8 @@ from ..interceptors.api_versions import add_broker_software, answer_api_versions
 from ..interceptors.describe_cluster import add_software_per_broker
 from ..interceptors.unsupported import unsupported_version_response
 from ..interceptors.update_features import parse_update_features, update_features_response
-from ..observability.logging import Throttle, get_logger
+from ..observability.logging import RateLimitedLogger, get_logger
+from ..principal import ANONYMOUS, cached_rules, principal_of
 from ..protocol import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
@@ -57,10 +59,16 @@ from .tls import peer_subject
 
 if TYPE_CHECKING:
     from ..clients import ClientInfo
-    from ..config import HostPort
     from .app import Gateway
 
 log = get_logger("gateway.proxy")
+# Lines about bad input, which a client (or a broker) can trigger once per frame.
+limited = RateLimitedLogger("gateway.proxy")
+
+# Whether an upstream answers acks=0 produces (Tansu does, Kafka does not), as the last
+# connection to it found out: a new connection starts from that instead of guessing
+# (see InFlight). One entry per upstream address.
+_acks0_answered: dict[HostPort, bool] = {}
 
 # Large enough that a bulk fetch streams without stop-and-go, small enough that a slow
 # client cannot make the gateway hold much of a broker's output.
@@ -88,10 +96,6 @@ _BUFFERS = (bytes, memoryview)
 
 # Correlation ids of the gateway's own upstream requests: negative, which no client uses.
 _internal_ids = itertools.count(-(2**31))
-
-# Forwarded unknown API keys are logged once per key per minute: a client that uses a
-# vendor key does so on every connection.
-_unknown_key_log = Throttle(60.0)
 
 # Called with the payload (no length prefix) of the response to an internal request.
 InternalHandler = Callable[[memoryview], None]
@@ -124,6 +128,7 @@ class ClientConnection(asyncio.Protocol):
         self.listener = listener
         self.upstream_address = upstream
         self.inflight = InFlight()
+        self.inflight.acks0_answered = _acks0_answered.get(upstream)
         self.requests = RequestReader(
             self.inflight, self._intercept_request, gateway.config.max_frame_bytes
         )
@@ -139,6 +144,9 @@ class ClientConnection(asyncio.Protocol):
         self._fallbacks: list[HostPort] = []
         # SNI named a broker no Metadata has named yet: look it up before dialling.
         self._unknown_node: int | None = None
+        # "User:..." from the verified client certificate (ssl.principal.mapping.rules);
+        # None without one. SASL principals are the broker's: the gateway never sees them.
+        self.principal: str | None = None
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
@@ -166,6 +174,9 @@ class ClientConnection(asyncio.Protocol):
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
         self.tls_subject = peer_subject(ssl_object)
+        if ssl_object is not None:
+            rules = cached_rules(self.gateway.config.tls_principal_mapping_rules)
+            self.principal = principal_of(rules, ssl_object.getpeercert())
         if self.gateway.sni is not None:
             # One port for every broker: the handshake's server name chose the broker.
             route = self.gateway.sni.routed(ssl_object)
@@ -197,7 +208,11 @@ class ClientConnection(asyncio.Protocol):
             if isinstance(item, _BUFFERS):
                 upstream.write(item)
             elif isinstance(item, RequestFrame):
-                self._on_request(item)
+                try:
+                    self._on_request(item)
+                except Exception as exc:  # a bug must cost this connection, not the loop
+                    self._handler_failed(item, exc)
+                    return
             elif isinstance(item, ProtocolViolation):
                 self._violation("client", item)
                 return
@@ -210,9 +225,11 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.requests.mid_frame and not self._closed:
             self.gateway.metrics.client_aborts.inc()
-            log.info(
+            limited.info(
                 "connection.client_aborted_mid_request", peer=self.peer, listener=self.listener
             )
+        if self.inflight.acks0_answered is not None:
+            _acks0_answered[self.upstream_address] = self.inflight.acks0_answered
         self.close()
         self.gateway.connection_closed(self)
 
@@ -242,15 +259,13 @@ class ClientConnection(asyncio.Protocol):
         if gw.config.unknown_api_keys != "forward" or api_spec(api_key) is not None:
             return False
         gw.metrics.unknown_api_keys.labels("forward").inc()
-        suppressed = _unknown_key_log.allow(api_key)
-        if suppressed is not None:
-            log.info(
-                "request.unknown_api_key_forwarded",
-                api_key=api_key,
-                version=api_version,
-                suppressed=suppressed,
-                **self._who(),
-            )
+        limited.info(
+            "request.unknown_api_key_forwarded",
+            limit_key=api_key,
+            api_key=api_key,
+            version=api_version,
+            **self._who(),
+        )
         return True
 
     def _on_request(self, request: RequestFrame) -> None:
@@ -276,22 +291,16 @@ class ClientConnection(asyncio.Protocol):
         if gated is not None:
             reason = "gated_by_feature"
         self.gateway.metrics.rejected.labels(reason).inc()
-        suppressed: dict[str, int] = {}
         if spec is None:
             # unknown_api_keys = "close"; a client that uses a vendor key does so on
-            # every connection, so the line is rate-limited per key.
+            # every connection, so the line below is rate-limited per key.
             self.gateway.metrics.unknown_api_keys.labels("close").inc()
-            held = _unknown_key_log.allow(("close", header.api_key))
-            if held is None:
-                self.close()
-                return
-            suppressed["suppressed"] = held
         payload = None
         if spec is not None and has_schema(header.api_key, header.api_version):
             payload = unsupported_version_response(header, body)
-        log.warning(
+        limited.warning(
             "request.rejected",
-            **suppressed,
+            limit_key=header.api_key if spec is None else None,
             reason=reason,
             api_key=header.api_key,
             api=spec.name if spec else None,
@@ -307,6 +316,20 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         self._answer_locally(request.request, payload)
+
+    def _handler_failed(self, request: RequestFrame, exc: Exception) -> None:
+        """An interceptor raised on a client's request: log (rate-limited, with the
+        traceback), count, and close this connection as Kafka closes on a request it
+        cannot handle."""
+        self.gateway.metrics.rejected.labels("handler_error").inc()
+        limited.error(
+            "request.handler_failed",
+            api_key=request.header.api_key,
+            version=request.header.api_version,
+            error=repr(exc),
+            **self._who(),
+        )
+        self.close()
 
     def _gated_by(self, api_key: int, version: int) -> tuple[str, int] | None:
         """(feature, level) when only an unfinalized feature level withholds this version."""
@@ -361,7 +384,9 @@ class ClientConnection(asyncio.Protocol):
             )
         elif answer.error_code == 42:
             gw.metrics.rejected.labels("invalid_client_software").inc()
-            log.info("request.invalid_client_software", version=header.api_version, **self._who())
+            limited.info(
+                "request.invalid_client_software", version=header.api_version, **self._who()
+            )
         elif answer.error_code == 35:
             gw.metrics.rejected.labels("unsupported_version").inc()
         self._answer_locally(request.request, answer.payload)
@@ -373,21 +398,21 @@ class ClientConnection(asyncio.Protocol):
         try:
             parsed = parse_update_features(header.api_version, body)
         except ValueError as exc:
-            log.warning("request.update_features_malformed", error=str(exc), **self._who())
+            limited.warning("request.update_features_malformed", error=str(exc), **self._who())
             payload = update_features_response(
                 header, [], error_code=INVALID_REQUEST, error_message=str(exc)
             )
             self._answer_locally(entry, payload)
             return
-        if not gw.update_features_allowed(self.peer):
+        refusal = self._update_features_refusal()
+        if refusal is not None:
             gw.metrics.rejected.labels("unauthorized").inc()
-            message = (
-                "UpdateFeatures through kafka-gateway is refused for this client address "
-                "(see features.update_allowed_from); use featurectl"
-            )
-            log.warning(
+            message = f"UpdateFeatures through kafka-gateway is refused: {refusal}; use featurectl"
+            limited.warning(
                 "request.update_features_refused",
                 updates=[f"{u.feature}={u.level}" for u in parsed.updates],
+                principal=self.principal or ANONYMOUS,
+                why=refusal,
                 **self._who(),
             )
             results = [
@@ -405,7 +430,12 @@ class ClientConnection(asyncio.Protocol):
                 parsed.updates,
                 validate_only=parsed.validate_only,
                 all_or_nothing=header.api_version >= 2,
-                who=self._who(),
+                who={
+                    **self._who(),
+                    "principal": self.principal or ANONYMOUS,
+                    "address": self.peer,
+                    "via": "UpdateFeatures",
+                },
             )
             if not self._closed:
                 payload = update_features_response(
@@ -414,6 +444,25 @@ class ClientConnection(asyncio.Protocol):
                 self._answer_locally(entry, payload)
 
         asyncio.get_running_loop().create_task(run())
+
+    def _update_features_refusal(self) -> str | None:
+        """Why this connection may not change finalized features, or None if it may.
+
+        Like a Kafka ACL (ALTER on CLUSTER for a principal from a host): with both
+        features.update_allowed_principals and update_allowed_from set, both must match.
+        """
+        cfg = self.gateway.config
+        principals = cfg.features_update_allowed_principals
+        if not principals and not cfg.features_update_allowed_from:
+            return "no principal or address is allowed (features.update_allowed_*)"
+        if principals and self.principal not in principals:
+            return (
+                f"principal {self.principal or ANONYMOUS} is not in "
+                "features.update_allowed_principals"
+            )
+        if cfg.features_update_allowed_from and not self.gateway.update_features_allowed(self.peer):
+            return "client address is not in features.update_allowed_from"
+        return None
 
     def fold_stats(self) -> None:
         """Move this connection's counts into the labelled Prometheus series."""
@@ -459,14 +508,26 @@ class ClientConnection(asyncio.Protocol):
                 ),
             )
             return
+        try:
+            asked = internal.parse_describe_cluster_request(header.api_version, body)
+        except ValueError as exc:
+            # Kafka closes a connection whose request it cannot parse (found by fuzzing:
+            # the error used to escape from the broker's answer to our Metadata request).
+            self._violation("client", ProtocolViolation("malformed_request", str(exc)))
+            return
 
         def on_metadata(payload: memoryview) -> None:
             spec = api_spec(METADATA)
             assert spec is not None
-            offset = response_body_offset(payload, spec.response_header_version(version))
-            answer = internal.describe_cluster_from_metadata(
-                header, body, version, payload[offset:], self.gateway.router
-            )
+            try:
+                offset = response_body_offset(payload, spec.response_header_version(version))
+                answer = internal.describe_cluster_from_metadata(
+                    header, asked, version, payload[offset:], self.gateway.router
+                )
+            except Exception as exc:  # a broker's Metadata answer we cannot read
+                self._rewrite_failed(entry, repr(exc))
+                self.close()
+                return
             self._release(
                 self.inflight.answer_locally(
                     entry, frame(self._with_software(header.api_version, answer))
@@ -634,7 +695,9 @@ class ClientConnection(asyncio.Protocol):
                 self._rewrite_failed(item.request, item.detail)
             elif isinstance(item, DroppedResponse):
                 self.gateway.metrics.dropped_responses.inc()
-                log.info(
+                if item.acks0:
+                    continue  # a broker answering acks=0 (Tansu): expected, not logged
+                limited.info(
                     "response.dropped_uncorrelated",
                     correlation_id=item.correlation_id,
                     size=item.size,
@@ -653,7 +716,8 @@ class ClientConnection(asyncio.Protocol):
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
-            log.info(
+            # Rate-limited: garbage a client sends through makes the broker close.
+            limited.info(
                 "upstream.closed",
                 upstream=str(self.upstream_address),
                 peer=self.peer,
@@ -698,7 +762,7 @@ class ClientConnection(asyncio.Protocol):
     def _rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
         name = api_name(entry.api_key)
         self.gateway.metrics.rewrite_errors.labels(name).inc()
-        log.error(
+        limited.error(
             "response.rewrite_failed",
             api=name,
             version=entry.api_version,
@@ -727,7 +791,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _violation(self, side: str, violation: ProtocolViolation) -> None:
         self.gateway.metrics.rejected.labels(violation.reason).inc()
-        log.warning(
+        limited.warning(
             "connection.protocol_violation",
             side=side,
             reason=violation.reason,

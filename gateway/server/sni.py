@@ -36,7 +36,7 @@ from ..config import HostPort, sni_name, sni_node_id
 from ..interceptors import upstream as internal
 from ..interceptors._codec import decode_response
 from ..interceptors._tagged import strip_unknown_tags
-from ..observability.logging import Throttle, get_logger
+from ..observability.logging import RateLimitedLogger
 from ..protocol import METADATA, api_spec, response_body_offset
 from ..protocol._wire import INT32
 from ..versions import parse_api_versions_response
@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from ..observability.metrics import Metrics
     from .routing import ClusterRouter
 
-log = get_logger("gateway.sni")
+# Refusals come from clients at will: rate-limited per reason.
+limited = RateLimitedLogger("gateway.sni")
 
 # The attribute of the SSLObject that carries the route from the handshake to the
 # connection; prefixed so it cannot shadow anything the ssl module may add.
@@ -94,7 +95,6 @@ class SniRouter:
         self._pinned = config.broker_upstreams
         self._metrics = metrics
         # A client (or a scanner) can send bad names in a loop: one line per reason per 10 s.
-        self._throttle = Throttle(10.0)
 
     def install(self, context: ssl.SSLContext) -> None:
         """Route by server name on every connection accepted with ``context``."""
@@ -204,16 +204,13 @@ class SniRouter:
         error: str | None = None,
     ) -> None:
         self._metrics.sni_refused.labels(reason).inc()
-        suppressed = self._throttle.allow(reason)
-        if suppressed is None:
-            return
-        log.warning(
+        limited.warning(
             "sni.refused",
+            limit_key=reason,
             reason=reason,
             server_name=server_name,
             bootstrap_name=self._bootstrap_name,
             broker_names=self._pattern,
-            suppressed=suppressed,
             hint="clients must connect by the bootstrap name or a broker name from "
             "Metadata, and send it as TLS server name (SNI)",
             **({"peer": peer} if peer else {}),

@@ -72,8 +72,11 @@ def test_forward_passes_an_unknown_key_through_and_its_answer_back_untouched(
     gw.wait_for_log(r'"api_key": 10000.*request\.unknown_api_key_forwarded')
 
 
-def test_close_is_the_default_and_counts(gateway_factory, vendor_relay):
-    gw = gateway_factory(upstream=vendor_relay.bootstrap, metrics=True)
+def test_close_is_the_default_and_counts(gateway_factory, vendor_relay, tmp_path):
+    # One line per key per interval, so the count below is exact.
+    config = tmp_path / "log.toml"
+    config.write_text("[log]\nbad_input_burst = 1\n")
+    gw = gateway_factory("--config", str(config), upstream=vendor_relay.bootstrap, metrics=True)
     for _ in range(3):
         with KafkaConnection(LOOPBACK, gw.port, timeout=10) as conn:
             conn.send_frame(VENDOR_REQUEST)

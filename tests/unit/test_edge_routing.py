@@ -13,7 +13,6 @@ import trustme
 
 from gateway.cli import main
 from gateway.config import Config, ConfigError, HostPort, load_config, sni_node_id
-from gateway.observability.logging import Throttle
 from gateway.observability.metrics import Metrics
 from gateway.server.routing import ClusterRouter, SidecarRouter
 from gateway.server.sni import Route, SniRouter
@@ -253,19 +252,3 @@ def test_bad_edge_settings_name_the_key(cert: str, settings: dict, key: str, rea
 def test_node_flags_need_node_equals_address(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--mode", "cluster", "--advertise-broker", "lb.example:9092"]) == 2
     assert "--advertise-broker: expected NODE=HOST:PORT" in capsys.readouterr().err
-
-
-# -- the log throttle --------------------------------------------------------------------
-
-
-def test_throttle_lets_one_line_per_key_through_and_counts_the_rest() -> None:
-    now = [0.0]
-    throttle = Throttle(10.0, clock=lambda: now[0])
-    assert throttle.allow("a") == 0
-    assert throttle.allow("a") is None
-    assert throttle.allow("b") == 0  # keys are limited apart
-    now[0] = 9.9
-    assert throttle.allow("a") is None
-    now[0] = 10.0
-    assert throttle.allow("a") == 2  # the two held back are reported with this one
-    assert throttle.allow("a") is None

@@ -247,7 +247,7 @@ def test_premise_tokens_misread_as_kafka_frames_break_both_readers() -> None:
     # awaited "request" (key 97), the broker's empty token a malformed response.
     inflight = InFlight()
     assert forwarded(RequestReader(inflight).feed(PLAIN)) == PLAIN
-    assert [e.api_key for e in inflight._entries.values()] == [0x0061]
+    assert [e.api_key for e in inflight._entries] == [0x0061]
     (violation,) = ResponseReader(InFlight()).feed(EMPTY + metadata_response(1, 1).frame)
     assert isinstance(violation, ProtocolViolation) and violation.reason == "malformed_frame"
 

@@ -25,6 +25,7 @@ from gateway.protocol import (
     ResponseFrame,
     ResponseReader,
 )
+from gateway.protocol._streams import ACKS0_KEPT
 
 from ._kafka import (
     RECORDS,
@@ -198,7 +199,7 @@ def forwarded(items: Iterable[Any]) -> bytes:
 
 def pending(inflight: InFlight) -> list[int]:
     """Correlation ids awaiting an answer, in request order (the table's own order)."""
-    return list(inflight._entries)
+    return [e.correlation_id for e in inflight._entries if e.expects_response]
 
 
 def header_of(req: Req) -> RequestHeader:
@@ -827,3 +828,112 @@ def test_request_reader_counts_each_frame_once_at_every_cut() -> None:
         for piece in pieces:
             reader.feed(piece)
         assert reader.frames == len(REQUESTS), cut
+
+
+# -- order, not correlation ids (clients may reuse them; brokers may answer acks=0) ------
+
+
+def test_reused_correlation_ids_are_answered_in_request_order() -> None:
+    # Kafka never looks at correlation ids: a client may send every request with id 7.
+    requests = [metadata(12, 7), produce(9, 7, acks=1, transactional_id=None), metadata(1, 7)]
+    inflight = InFlight()
+    RequestReader(inflight).feed(join(requests))
+    responses = [metadata_response(12, 7), produce_response(9, 7), metadata_response(1, 7)]
+    answered: list[tuple[int, int]] = []
+    inflight.observer = lambda e: answered.append((e.api_key, e.api_version))
+    items = ResponseReader(inflight).feed(join(responses))
+    assert forwarded(items) == join(responses)
+    assert answered == [(3, 12), (0, 9), (3, 1)]
+    assert len(inflight) == 0
+
+
+def _acks0_then(reused: bool) -> tuple[InFlight, list[Req]]:
+    """An acks=0 produce (id 5), then a Metadata request with id 5 or 6."""
+    requests = [produce(9, 5, acks=0, transactional_id=None), metadata(12, 5 if reused else 6)]
+    inflight = InFlight()
+    RequestReader(inflight).feed(join(requests))
+    return inflight, requests
+
+
+def test_an_answered_acks0_produce_is_dropped_and_remembered() -> None:
+    inflight, _ = _acks0_then(reused=False)
+    tansu = produce_response(9, 5).frame  # Tansu answers acks=0 produces
+    items = ResponseReader(inflight).feed(tansu + metadata_response(12, 6).frame)
+    assert normalize(items) == [
+        DroppedResponse(5, len(tansu) - 4, acks0=True),
+        metadata_response(12, 6).frame,
+    ]
+    assert inflight.acks0_answered is True and len(inflight) == 0
+
+
+def test_an_unanswered_acks0_produce_is_forgotten_when_a_later_response_comes() -> None:
+    inflight, _ = _acks0_then(reused=False)
+    items = ResponseReader(inflight).feed(metadata_response(12, 6).frame)
+    assert forwarded(items) == metadata_response(12, 6).frame
+    assert inflight.acks0_answered is False and not inflight._entries
+    # Known now: later acks=0 produces are not even recorded.
+    RequestReader(inflight).feed(produce(9, 8, acks=0, transactional_id=None).frame)
+    assert not inflight._entries
+
+
+def test_acks0_produce_followed_by_the_same_id_once_the_broker_is_known() -> None:
+    # The one case order alone cannot settle: acks=0 id 5, then Metadata id 5.
+    for answers_acks0 in (True, False):
+        inflight, _ = _acks0_then(reused=True)
+        inflight.acks0_answered = answers_acks0
+        answer = metadata_response(12, 5).frame
+        wire = (produce_response(9, 5).frame if answers_acks0 else b"") + answer
+        items = ResponseReader(inflight).feed(wire)
+        assert forwarded(items) == answer, answers_acks0
+        assert len(inflight) == 0 and not inflight._entries, answers_acks0
+
+
+def test_acks0_produce_followed_by_the_same_id_with_an_unknown_broker_assumes_kafka() -> None:
+    inflight, _ = _acks0_then(reused=True)
+    answer = metadata_response(12, 5).frame
+    items = ResponseReader(inflight).feed(answer)
+    assert forwarded(items) == answer
+    assert inflight.acks0_answered is False and len(inflight) == 0
+
+
+def test_acks0_produce_does_not_hold_back_a_local_answer() -> None:
+    inflight = InFlight()
+    RequestReader(inflight).feed(produce(9, 5, acks=0, transactional_id=None).frame)
+    local = inflight.add(18, 3, 6, to_upstream=False)
+    assert inflight.answer_locally(local, LOCAL_B) == [LOCAL_B]
+    assert len(inflight) == 0
+
+
+def test_upstream_response_is_never_matched_to_a_request_the_gateway_answers() -> None:
+    # An intercepted request (answered locally, later) and an upstream one share id 3.
+    inflight = InFlight()
+    local = inflight.add(57, 1, 3, to_upstream=False)
+    upstream = inflight.add(3, 12, 3)
+    assert inflight.match_upstream(3) is upstream
+    assert inflight.get(3) is local
+
+
+def test_acks0_entries_kept_are_bounded() -> None:
+    inflight = InFlight()
+    reader = RequestReader(inflight)
+    acks0 = produce(9, 1, acks=0, transactional_id=None).frame
+    for _ in range(ACKS0_KEPT + 10):
+        reader.feed(acks0)
+    assert len(inflight._entries) == ACKS0_KEPT and len(inflight) == 0
+
+
+def test_acks0_answer_is_recognised_when_another_request_stands_between_it_and_its_id() -> None:
+    # acks=0 id 5, Metadata id 6, Metadata id 5: a first response with id 5 cannot be for
+    # the second Metadata (6 would come first), so it is the acks=0 answer.
+    requests = [
+        produce(9, 5, acks=0, transactional_id=None),
+        metadata(12, 6),
+        metadata(12, 5),
+    ]
+    inflight = InFlight()
+    RequestReader(inflight).feed(join(requests))
+    tansu = produce_response(9, 5).frame
+    rest = metadata_response(12, 6).frame + metadata_response(12, 5).frame
+    items = ResponseReader(inflight).feed(tansu + rest)
+    assert forwarded(items) == rest
+    assert inflight.acks0_answered is True and len(inflight) == 0
