@@ -377,6 +377,12 @@ def api_versions_request(version: int = 0) -> bytes:
     return request(API_VERSIONS, version, body)
 
 
+def with_correlation_id(frame: bytes, correlation_id: int) -> bytes:
+    """``frame`` (a request built here) with another correlation id: requests pipelined
+    on one connection need distinct ids, as a proxy matches responses by them."""
+    return frame[:8] + struct.pack(">i", correlation_id) + frame[12:]
+
+
 def read_frame(sock: socket.socket, scratch: bytearray) -> int:
     """Read one response frame into ``scratch`` (grown as needed); return its size."""
     head = bytearray(4)
