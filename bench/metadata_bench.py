@@ -171,7 +171,10 @@ def drive_many(port: int, clients: int, requests: list[bytes]) -> float:
                     state[1] = struct.unpack(">i", state[2])[0]
                     state[2] = b""
             if not state[0]:
+                # Served: it goes, as a client done with its bootstrap would close it;
+                # it also frees a slot under haproxy's maxconn for the next one.
                 sel.unregister(sock)
+                sock.close()
                 left -= 1
     elapsed = time.perf_counter() - t0
     for sock in socks:
