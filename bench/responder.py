@@ -49,6 +49,8 @@ SUPPORTED = {
 }
 TOPIC = "bench-metadata"
 BROKERS = 3
+# kio names the field throttle_time in some APIs, throttle_time_ms in others.
+_NO_THROTTLE = {"throttle_time": datetime.timedelta(0), "throttle_time_ms": datetime.timedelta(0)}
 _HEAD = struct.Struct(">ihhi")  # size, api key, api version, correlation id
 
 
@@ -113,8 +115,7 @@ def _api_versions_body(version: int) -> bytes:
             cls,
             error_code=ErrorCode.none,
             api_keys=keys,
-            throttle_time=datetime.timedelta(0),
-            throttle_time_ms=datetime.timedelta(0),
+            **_NO_THROTTLE,
         )
     )
 
@@ -154,8 +155,7 @@ def _metadata_body(version: int, partitions: int, port: int) -> bytes:
     return _encode(
         _build(
             cls,
-            throttle_time=datetime.timedelta(0),
-            throttle_time_ms=datetime.timedelta(0),
+            **_NO_THROTTLE,
             brokers=brokers,
             cluster_id="bench",
             controller_id=0,
@@ -181,8 +181,7 @@ def _describe_groups_body(version: int) -> bytes:
     return _encode(
         _build(
             cls,
-            throttle_time=datetime.timedelta(0),
-            throttle_time_ms=datetime.timedelta(0),
+            **_NO_THROTTLE,
             groups=(group,),
         )
     )
@@ -193,8 +192,7 @@ def _find_coordinator_body(version: int, port: int) -> bytes:
     return _encode(
         _build(
             cls,
-            throttle_time=datetime.timedelta(0),
-            throttle_time_ms=datetime.timedelta(0),
+            **_NO_THROTTLE,
             error_code=ErrorCode.none,
             error_message=None,
             node_id=0,

@@ -763,6 +763,13 @@ class ResponseReader(_Reader):
         assert entry is not None and self._held is not None
         out.append(ResponseHead(entry, bytes(self._held)))
         self._held = None
+        return self._forward_rest(mv, pos, n, entry, out)
+
+    def _forward_rest(
+        self, mv: memoryview, pos: int, n: int, entry: InFlightRequest, out: list[Item]
+    ) -> int:
+        """Forward the streamed frame's bytes from ``pos`` on, finishing ``entry`` once
+        they all went out (here, or in ``_frame_done`` when the frame ends later)."""
         end = pos + self._walk_left
         if end > n:
             if pos < n:
@@ -795,16 +802,7 @@ class ResponseReader(_Reader):
             )
             return n
         out.append(UnreadableResponse(entry, detail))
-        end = pos + self._walk_left
-        if end > n:
-            out.append(mv[pos:n])
-            self._pass = end - n  # _frame_done finishes the entry
-            return n
-        if end > pos:
-            out.append(mv[pos:end])
-        self._current = None
-        out.extend(self._inflight.finish(entry))
-        return end
+        return self._forward_rest(mv, pos, n, entry, out)
 
     def _handshake_answered(
         self, mv: memoryview, pos: int, end: int, n: int, entry: InFlightRequest, out: list[Item]
