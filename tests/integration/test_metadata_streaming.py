@@ -105,7 +105,7 @@ def test_cluster_mode_metadata_is_the_buffered_rewrite_byte_for_byte(
 class MetadataFaultTap(NodeEndpointsTap):
     """Relay between the gateway and Tansu that spoils Metadata v1 responses (a fault
     injector: Tansu never sends a bad frame). ``lie``: the brokers count claims 1000
-    brokers; ``truncate``: half the frame goes out, then the connection closes."""
+    brokers; ``truncate``: the frame's first 10 bytes go out, then the connection closes."""
 
     def __init__(self, upstream: tuple[str, int], fault: str) -> None:
         super().__init__(upstream, host="unused")
@@ -122,7 +122,9 @@ class MetadataFaultTap(NodeEndpointsTap):
                 elif self.fault == "lie":  # v1: the brokers count follows the correlation id
                     dst.sendall(frame[:8] + struct.pack(">i", 1000) + frame[12:])
                 else:
-                    dst.sendall(frame[: len(frame) // 2])
+                    # Cut inside the head (length, correlation id, half the brokers
+                    # count), so that no byte of it may reach the client.
+                    dst.sendall(frame[:10])
                     dst.shutdown(socket.SHUT_RDWR)
                     return
             except OSError:
