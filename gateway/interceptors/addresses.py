@@ -17,6 +17,15 @@ such tag (3 bytes) writes its tag count as a wider varint instead, which every K
 varint reader reads as the same number. A longer one cannot fit: NodeEndpoints is
 dropped, and clients fall back to what they did before KIP-951, a Metadata request,
 which comes back through the gateway and is rewritten.
+
+Metadata is the other way round: its endpoints (the brokers array) come first, before
+the topics and partitions that make up its bulk (4 MB at 100k partitions). Only the
+response header and the brokers array are held back (``head_finder``), rewritten
+(``rewrite_head``) and sent with the frame's new length; the rest streams through as
+it arrives, so a response costs O(brokers) in memory and CPU, not O(partitions).
+FindCoordinator and DescribeCluster stay gathered whole: their endpoints are most of
+the response, which is bounded by the number of brokers (or of coordinator keys asked
+for), and DescribeCluster also gets KIP-885 tags at its end.
 """
 
 from __future__ import annotations
@@ -36,12 +45,15 @@ from ..protocol import (
     FIND_COORDINATOR,
     METADATA,
     PRODUCE,
+    HeadFinder,
     Malformed,
+    api_spec,
     read_tagged_fields,
+    response_body_offset,
     write_tagged_fields,
 )
 from ..protocol._walk import field_offset, tags_offset
-from ..protocol._wire import write_uvarint
+from ..protocol._wire import INT32, write_uvarint
 from ._codec import (
     decode_response_tag,
     encode_response,
@@ -141,6 +153,43 @@ def _rewrite_array(
     buf = io.BytesIO()
     write(buf, rewritten)
     return bytes(body[:start]) + buf.getvalue() + bytes(body[start + size :])
+
+
+def head_finder(api_key: int, api_version: int) -> HeadFinder | None:
+    """A finder for the head of a response that streams after its endpoints, if this is
+    one (Metadata, every version); None when it is gathered whole."""
+    if api_key != METADATA:
+        return None
+    return HeadFinder(api_key, api_version, _metadata_brokers(api_version))
+
+
+@cache
+def _metadata_brokers(api_version: int) -> str:
+    field = _endpoint_array(METADATA, api_version)
+    if field is None:  # kio's Metadata schemas all have one: this guards a new version
+        raise ValueError(f"Metadata v{api_version} has no endpoint array")
+    return field
+
+
+def rewrite_head(api_key: int, api_version: int, head: bytes, book: AddressBook) -> bytes:
+    """A held-back head (length prefix, response header, body up to the end of its
+    endpoint array; see ``head_finder``) with its endpoints rewritten and the length
+    prefix adjusted to the new frame size; ``head`` itself when nothing changes.
+
+    The result followed by the rest of the frame is byte for byte what
+    ``rewrite_response`` makes of the whole frame.
+    """
+    spec = api_spec(api_key)
+    assert spec is not None
+    payload = memoryview(head)[4:]
+    offset = response_body_offset(payload, spec.response_header_version(api_version))
+    original = payload[offset:]
+    body = rewrite_response(api_key, api_version, original, book)
+    if body is original:
+        return head
+    (size,) = INT32.unpack_from(head)
+    new_size = size + len(body) - len(original)
+    return INT32.pack(new_size) + bytes(payload[:offset]) + bytes(body)
 
 
 class TailRewrite(NamedTuple):

@@ -31,12 +31,13 @@ from ._streams import (
     RequestFrame,
     RequestReader,
     ResponseFrame,
+    ResponseHead,
     ResponseReader,
     ResponseTail,
     TailPolicy,
     UnreadableResponse,
 )
-from ._walk import TailFinder
+from ._walk import HeadFinder, TailFinder
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "UPDATE_FEATURES",
     "ApiSpec",
     "DroppedResponse",
+    "HeadFinder",
     "InFlight",
     "InFlightRequest",
     "Incomplete",
@@ -60,6 +62,7 @@ __all__ = [
     "RequestHeader",
     "RequestReader",
     "ResponseFrame",
+    "ResponseHead",
     "ResponseReader",
     "ResponseTail",
     "TailFinder",

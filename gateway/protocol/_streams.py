@@ -7,7 +7,10 @@ copied into a frame buffer: the reader looks at their first bytes, records them 
 the in-flight table and forwards them (even a 100 MiB fetch streams through in the
 chunks the socket delivered). Only intercepted frames are gathered whole, except
 responses whose only rewritable part is their top-level tagged section (KIP-951's
-NodeEndpoints in a Fetch): those stream through and only that section is gathered.
+NodeEndpoints in a Fetch): those stream through and only that section is gathered;
+and responses whose rewritable part is a "head" before their bulk (the brokers of a
+Metadata response, before its topics): only the head is held back, handed out as a
+``ResponseHead`` (length prefix included) and the rest streams through behind it.
 
 Order of the list is the order on the wire; the I/O layer must keep it.
 
@@ -27,11 +30,11 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from . import _sasl
-from ._apis import PRODUCE, SASL_HANDSHAKE
+from ._apis import PRODUCE, SASL_HANDSHAKE, api_name
 from ._headers import RequestHeader, parse_request_header, produce_acks
 from ._sasl import SaslExchange, handshake_mechanism
 from ._stats import ApiStats
-from ._walk import TailFinder
+from ._walk import HeadFinder, TailFinder
 from ._wire import INT16, INT32, Incomplete, Malformed
 
 # Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
@@ -313,6 +316,20 @@ class ResponseTail:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseHead:
+    """The start of a response, length prefix included, up to the end of the part its
+    ``HeadFinder`` looked for; nothing of the frame went out yet, the rest follows as
+    buffers.
+
+    Whatever replaces ``head`` must start with the frame's new length prefix: the old
+    size plus the difference in length between the new head and ``head``.
+    """
+
+    request: InFlightRequest
+    head: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class UnreadableResponse:
     """A streamed response whose fields could not be followed; it went out untouched."""
 
@@ -348,6 +365,7 @@ Item = (
     | RequestFrame
     | ResponseFrame
     | ResponseTail
+    | ResponseHead
     | UnreadableResponse
     | DroppedResponse
     | ProtocolViolation
@@ -357,8 +375,9 @@ Item = (
 # Called with (api_key, api_version); must be cheap, it runs for every request.
 RequestPolicy = Callable[[int, int], bool]
 # For an intercepted response (request, frame size): a TailFinder to stream it and gather
-# only its top-level tagged section, or None to gather it whole.
-TailPolicy = Callable[[InFlightRequest, int], TailFinder | None]
+# only its top-level tagged section, a HeadFinder to hold back only its head and stream
+# the rest, or None to gather it whole.
+TailPolicy = Callable[[InFlightRequest, int], TailFinder | HeadFinder | None]
 
 
 class _Reader:
@@ -385,7 +404,7 @@ class _Reader:
         self._gather_meta: object = None
         self._head = b""  # start of a frame whose first bytes are not all here yet
         # Follows a frame streaming through up to its tagged section (responses only).
-        self._walk: TailFinder | None = None
+        self._walk: TailFinder | HeadFinder | None = None
         self._failed = False
 
     @property
@@ -701,7 +720,15 @@ class RequestReader(_Reader):
 class ResponseReader(_Reader):
     """Upstream → client. Matches responses to in-flight requests by order (see InFlight)."""
 
-    __slots__ = ("_current", "_inflight", "_intercept", "_tail", "_tail_policy", "_walk_left")
+    __slots__ = (
+        "_current",
+        "_held",
+        "_inflight",
+        "_intercept",
+        "_tail",
+        "_tail_policy",
+        "_walk_left",
+    )
 
     def __init__(
         self,
@@ -718,6 +745,8 @@ class ResponseReader(_Reader):
         self._current: InFlightRequest | None = None  # whose response is being forwarded
         self._walk_left = 0  # bytes of the streamed frame after what was walked
         self._tail = False  # the gather in progress is a streamed frame's tagged section
+        # The head held back while a HeadFinder walks it; None when walked bytes stream.
+        self._held: bytearray | None = None
 
     def feed(self, data: bytes) -> list[Item]:
         # Fast path for the commonest chunk: one whole response that passes through,
@@ -833,12 +862,16 @@ class ResponseReader(_Reader):
         end: int,
         n: int,
         entry: InFlightRequest,
-        finder: TailFinder,
+        finder: TailFinder | HeadFinder,
         out: list[Item],
     ) -> int:
         """Stream the frame at ``pos`` (its size and correlation id are here) and gather
-        only its top-level tagged section; return the position after what was consumed."""
-        out.append(mv[pos : pos + 8])
+        only its top-level tagged section, or hold back only its head; return the
+        position after what was consumed."""
+        if finder.holds_head:
+            self._held = bytearray(mv[pos : pos + 8])
+        else:
+            out.append(mv[pos : pos + 8])
         self._walk = finder
         self._walk_left = end - pos - 8
         self._current = entry
@@ -853,33 +886,70 @@ class ResponseReader(_Reader):
         except Malformed as exc:
             return self._unreadable(mv, pos, n, str(exc), out)
         if reached > pos:
-            out.append(mv[pos:reached])
+            if self._held is not None:
+                self._held += mv[pos:reached]
+            else:
+                out.append(mv[pos:reached])
             self._walk_left -= reached - pos
         if finder.found:
             self._walk = None
+            if self._held is not None:
+                return self._head_found(mv, reached, n, out)
             entry, self._current = self._current, None
             self._tail = True
             return self._start_gather(mv, reached, reached + self._walk_left, n, entry, out)
         if not self._walk_left:
-            return self._unreadable(mv, reached, n, "frame ends before its tagged fields", out)
+            part = "its head" if self._held is not None else "its tagged fields"
+            return self._unreadable(mv, reached, n, f"frame ends before {part}", out)
         return reached
 
-    def _unreadable(self, mv: memoryview, pos: int, n: int, detail: str, out: list[Item]) -> int:
-        """Forward the rest of a streamed frame from ``pos`` untouched."""
+    def _head_found(self, mv: memoryview, pos: int, n: int, out: list[Item]) -> int:
+        """The held head ends at ``pos``: hand it out, then forward the rest of the frame
+        as it arrives (``_frame_done`` finishes the entry when it ends in a later chunk)."""
         entry = self._current
-        assert entry is not None
-        self._walk = None
-        out.append(UnreadableResponse(entry, detail))
+        assert entry is not None and self._held is not None
+        out.append(ResponseHead(entry, bytes(self._held)))
+        self._held = None
+        return self._forward_rest(mv, pos, n, entry, out)
+
+    def _forward_rest(
+        self, mv: memoryview, pos: int, n: int, entry: InFlightRequest, out: list[Item]
+    ) -> int:
+        """Forward the streamed frame's bytes from ``pos`` on, finishing ``entry`` once
+        they all went out (here, or in ``_frame_done`` when the frame ends later)."""
         end = pos + self._walk_left
         if end > n:
-            out.append(mv[pos:n])
-            self._pass = end - n  # _frame_done finishes the entry
+            if pos < n:
+                out.append(mv[pos:n])
+            self._pass = end - n
             return n
         if end > pos:
             out.append(mv[pos:end])
         self._current = None
         out.extend(self._inflight.finish(entry))
         return end
+
+    def _unreadable(self, mv: memoryview, pos: int, n: int, detail: str, out: list[Item]) -> int:
+        """Forward the rest of a streamed frame from ``pos`` untouched.
+
+        A held head cannot be forwarded so: its frame claims to be a response it cannot
+        be (e.g. a brokers array running past the frame's end), and the bytes after it
+        cannot be trusted to be the next response, so the connection closes.
+        """
+        entry = self._current
+        assert entry is not None
+        self._walk = None
+        if self._held is not None:
+            self._held = None
+            self._fail(
+                out,
+                "malformed_frame",
+                f"{api_name(entry.api_key)} v{entry.api_version} response "
+                f"(correlation id {entry.correlation_id}): {detail}",
+            )
+            return n
+        out.append(UnreadableResponse(entry, detail))
+        return self._forward_rest(mv, pos, n, entry, out)
 
     def _handshake_answered(
         self, mv: memoryview, pos: int, end: int, n: int, entry: InFlightRequest, out: list[Item]

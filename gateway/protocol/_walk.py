@@ -175,25 +175,39 @@ def fields(cls: type, stop_before: str | None = None) -> Walk:
             yield -arg
         elif kind == _BLOB:
             yield from _blob(flexible, arg)
-        elif kind == _ARRAY:
-            count = yield from _length(flexible, 4)
-            if count < -1:
-                raise Malformed(f"negative array length {count}")
-            if count <= 0:
-                continue
-            if arg.entity is not None:
-                for _ in range(count):
-                    yield from _entity(arg.entity)
-            elif arg.kafka_type in _FIXED_WIDTH:
-                yield -count * _FIXED_WIDTH[arg.kafka_type]
-            else:
-                width = 2 if arg.kafka_type == "string" else 4
-                for _ in range(count):
-                    yield from _blob(flexible, width)
-        else:  # _STRUCT
-            if arg.nullable and (yield 1)[0] == 0xFF:  # int8 -1: null struct (KIP-893)
-                continue
-            yield from _entity(arg.entity)
+        else:
+            yield from _compound(flexible, kind, arg)
+
+
+def _compound(flexible: bool, kind: int, f: Field) -> Walk:
+    """Skip one array or struct field."""
+    if kind == _ARRAY:
+        count = yield from _length(flexible, 4)
+        if count < -1:
+            raise Malformed(f"negative array length {count}")
+        if count <= 0:
+            return
+        if f.entity is not None:
+            for _ in range(count):
+                yield from _entity(f.entity)
+        elif f.kafka_type in _FIXED_WIDTH:
+            yield -count * _FIXED_WIDTH[f.kafka_type]
+        else:
+            width = 2 if f.kafka_type == "string" else 4
+            for _ in range(count):
+                yield from _blob(flexible, width)
+    else:  # _STRUCT
+        if f.nullable and (yield 1)[0] == 0xFF:  # int8 -1: null struct (KIP-893)
+            return
+        yield from _entity(f.entity)  # type: ignore[arg-type]
+
+
+def through_field(cls: type, name: str) -> Walk:
+    """Skip the non-tagged fields of ``cls`` up to and including the array or struct
+    field ``name``."""
+    yield from fields(cls, stop_before=name)
+    kind, f = next((k, a) for k, a in _plan(cls) if k in (_ARRAY, _STRUCT) and a.name == name)
+    yield from _compound(cls.__flexible__, kind, f)  # type: ignore[attr-defined]
 
 
 def _response_schema(api_key: int, version: int) -> type:
@@ -258,24 +272,25 @@ def _frame_walk(schema: type) -> Walk:
     yield from fields(schema)
 
 
-class TailFinder:
-    """Follows a flexible response streaming past until its top-level tagged section.
-
-    Fed the frame from just after its correlation id; ``feed`` consumes what lies before
-    the section and stops there, setting ``found``. Only the few bytes of a field split
-    across chunks are copied; record bytes are stepped over.
-    """
+class _Finder:
+    """Follows a response streaming past, fed from just after its correlation id, until
+    its ``walk`` ends; ``feed`` consumes what lies before that point and stops there,
+    setting ``found``. Only the few bytes of a field split across chunks are copied;
+    record bytes are stepped over."""
 
     __slots__ = ("_partial", "_step", "_walk", "found")
+    # True when the bytes walked over must be held back (the reader then gathers them),
+    # False when they stream through as they are walked.
+    holds_head = False
 
-    def __init__(self, api_key: int, version: int) -> None:
-        self._walk = _frame_walk(_response_schema(api_key, version))
+    def __init__(self, walk: Walk) -> None:
+        self._walk = walk
         self._partial = bytearray()  # the start of a field split across chunks
         self.found = False
         self._step = next(self._walk)
 
     def feed(self, mv: memoryview, pos: int, end: int) -> int:
-        """Consume ``mv[pos:end]`` up to the tagged section; return the position reached.
+        """Consume ``mv[pos:end]`` up to where the walk ends; return the position reached.
 
         Raises ``Malformed`` when the bytes cannot be this response.
         """
@@ -311,3 +326,36 @@ class TailFinder:
             self.found = True
         self._step = step
         return pos
+
+
+class TailFinder(_Finder):
+    """Follows a flexible response streaming past until its top-level tagged section."""
+
+    __slots__ = ()
+
+    def __init__(self, api_key: int, version: int) -> None:
+        super().__init__(_frame_walk(_response_schema(api_key, version)))
+
+
+def _head_walk(schema: type, name: str) -> Walk:
+    if schema.__flexible__:  # type: ignore[attr-defined]
+        yield from tagged_section()  # response header v1, after the correlation id
+    yield from through_field(schema, name)
+
+
+class HeadFinder(_Finder):
+    """Follows a response (flexible or not) until the end of its top-level array or
+    struct field ``name``: the "head" that the reader holds back while the rest streams.
+
+    Why: a Metadata response names every broker in its ``brokers`` array, which comes
+    before the topics and partitions (its bulk) in every version. Only the head needs
+    rewriting, so only the head is held; its size grows with brokers, not partitions.
+    Assumes a response header v1 exactly when the body is flexible, which holds for
+    every API this is used for (not for ApiVersions).
+    """
+
+    __slots__ = ()
+    holds_head = True
+
+    def __init__(self, api_key: int, version: int, name: str) -> None:
+        super().__init__(_head_walk(load_response_schema(api_key, version), name))

@@ -37,6 +37,7 @@ from ..versions import (
 )
 from .features import FeatureGate
 from .http import check_route, json_route, metrics_route, serve_http
+from .loop_lag import LoopLagMonitor
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
 from .sni import SniRouter
@@ -75,6 +76,8 @@ class Gateway:
         self.features = FeatureGate(config, self.metrics, self._features_changed, self.registration)
         self.metrics.traffic.refresh = self._fold_live_connections
         self.started = False
+        # Event-loop lag (kafka_gateway_event_loop_lag_seconds), measured from start().
+        self.loop_lag = LoopLagMonitor(self.metrics.event_loop_lag)
         self.stopping = False
         self.request_log = (
             RequestLog(config.log_requests, config.log_request_level)
@@ -121,6 +124,7 @@ class Gateway:
                 },
             )
         await self.features.register_now()
+        self.loop_lag.start()
         self.started = True
         self._update_health()
 
@@ -406,6 +410,7 @@ class Gateway:
         for conn in list(self.connections):
             conn.abort()
         await self.features.stop()
+        self.loop_lag.stop()
         if self._http is not None:
             self._http.close()
         log.info("gateway.stopped", unfinished_connections=len(self.connections))

@@ -24,7 +24,13 @@ from ..config import HostPort
 from ..features.catalogue import required_level
 from ..features.validation import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UpdateResult
 from ..interceptors import upstream as internal
-from ..interceptors.addresses import REWRITTEN_RESPONSES, rewrite_response, rewrite_tail
+from ..interceptors.addresses import (
+    REWRITTEN_RESPONSES,
+    head_finder,
+    rewrite_head,
+    rewrite_response,
+    rewrite_tail,
+)
 from ..interceptors.api_versions import add_broker_software, answer_api_versions
 from ..interceptors.describe_cluster import add_software_per_broker
 from ..interceptors.unsupported import unsupported_version_response
@@ -38,6 +44,7 @@ from ..protocol import (
     METADATA,
     UPDATE_FEATURES,
     DroppedResponse,
+    HeadFinder,
     InFlight,
     InFlightRequest,
     Item,
@@ -45,6 +52,7 @@ from ..protocol import (
     RequestFrame,
     RequestReader,
     ResponseFrame,
+    ResponseHead,
     ResponseReader,
     ResponseTail,
     TailFinder,
@@ -113,11 +121,14 @@ def _intercept_response(entry: InFlightRequest, _first=REWRITTEN_RESPONSES.get) 
     return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
 
 
-def _stream_response(entry: InFlightRequest, size: int) -> TailFinder | None:
-    # Runs once per intercepted response.
-    if entry.api_key == FETCH and size >= STREAM_FETCH_FROM_BYTES and entry.context is None:
+def _stream_response(entry: InFlightRequest, size: int) -> TailFinder | HeadFinder | None:
+    # Runs once per intercepted response. The gateway's own requests (context set) are
+    # gathered whole for their handler.
+    if entry.context is not None:
+        return None
+    if entry.api_key == FETCH and size >= STREAM_FETCH_FROM_BYTES:
         return TailFinder(FETCH, entry.api_version)
-    return None
+    return head_finder(entry.api_key, entry.api_version)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -689,6 +700,8 @@ class ClientConnection(asyncio.Protocol):
                     cast(InternalHandler, handler)(memoryview(item.frame)[4:])
                 else:
                     client.write(self._rewrite(item))
+            elif isinstance(item, ResponseHead):
+                client.write(self._rewrite_head(item))
             elif isinstance(item, ResponseTail):
                 client.write(self._rewrite_tail(item))
             elif isinstance(item, UnreadableResponse):
@@ -722,6 +735,8 @@ class ClientConnection(asyncio.Protocol):
                 upstream=str(self.upstream_address),
                 peer=self.peer,
                 in_flight=len(self.inflight),
+                # A response cut off mid-frame (the client got none of a held head).
+                mid_response=self.responses.mid_frame,
                 error=str(exc) if exc else None,
             )
         self.close()
@@ -744,6 +759,14 @@ class ClientConnection(asyncio.Protocol):
             self._rewrite_failed(entry, repr(exc))
             return response.frame
         return frame(bytes(payload[:offset]) + body)
+
+    def _rewrite_head(self, item: ResponseHead) -> bytes:
+        entry = item.request
+        try:
+            return rewrite_head(entry.api_key, entry.api_version, item.head, self.gateway.router)
+        except Exception as exc:  # as in _rewrite: the client still gets its response
+            self._rewrite_failed(entry, repr(exc))
+            return item.head
 
     def _rewrite_tail(self, item: ResponseTail) -> bytes:
         entry = item.request

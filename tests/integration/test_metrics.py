@@ -54,6 +54,7 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_zookeeper_connected": ("gauge", []),
     "kafka_gateway_zookeeper_staleness_seconds": ("gauge", []),
     "kafka_gateway_healthy": ("gauge", []),
+    "kafka_gateway_event_loop_lag_seconds": ("histogram", []),
     "kafka_gateway_info": (
         "gauge",
         [

@@ -1,0 +1,284 @@
+"""Metadata through the gateway against haproxy and the direct path (issue 19).
+
+Upstream: ``bench/responder.py`` (canned answers, several processes), so that the
+broker is never the bottleneck. Paths: direct, gateway, haproxy, started with
+``bench.bench``'s helpers. For each Metadata size it reports:
+
+* rate: Metadata v1 responses/s with 1 connection (10k partitions) or 4 (100k+) pulling
+  back to back, and the proxy's CPU per response (utime+stime from /proc);
+* concurrent: DescribeGroups v0 round trips on one more connection while 2 others pull
+  Metadata back to back: p50/p99;
+* rss64: 64 connections each pulling the Metadata twice, all at once: the proxy's peak
+  RSS (VmHWM) afterwards;
+* storm: 500 clients connecting at once, each ApiVersions + Metadata: time until the
+  last is served and peak RSS;
+* the gateway's event-loop lag (kafka_gateway_event_loop_lag_seconds) p99, read from
+  its histogram buckets, over the whole run.
+
+Targets printed as ratios. Keep runs short on a shared machine (--seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import selectors
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+# bench/ first: "bench" is bench/bench.py here, not the folder; the repo root for gateway.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import responder
+
+from bench import (
+    LOOPBACK,
+    CpuProbe,
+    Service,
+    Stack,
+    _start_paths,
+    free_port,
+)
+
+PATHS = ("direct", "gateway", "haproxy")
+
+
+def _hwm_mb(pids: list[int]) -> float:
+    """Peak resident memory (VmHWM) of these processes, summed, in MB."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection((LOOPBACK, port), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def measure_rate(port: int, conns: int, seconds: float, pids: list[int]) -> dict[str, float]:
+    """Metadata responses/s over ``conns`` connections, and the CPU of ``pids`` per one."""
+    frame = responder.metadata_request(1)
+    counts = [0] * conns
+    stop = time.perf_counter() + seconds
+
+    def pull(i: int) -> None:
+        scratch = bytearray()
+        with _connect(port) as sock:
+            while time.perf_counter() < stop:
+                responder.roundtrip(sock, frame, scratch)
+                counts[i] += 1
+
+    cpu0 = CpuProbe._cpu(pids)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=pull, args=(i,)) for i in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    cpu = CpuProbe._cpu(pids) - cpu0
+    total = sum(counts)
+    return {"rate": total / elapsed, "cpu_ms": 1000 * cpu / total if total else 0.0}
+
+
+def measure_concurrent(port: int, pullers: int, seconds: float) -> dict[str, float]:
+    """DescribeGroups v0 round trips (ms) while ``pullers`` connections pull Metadata."""
+    stop = time.perf_counter() + seconds
+    done = threading.Event()
+
+    def pull() -> None:
+        scratch = bytearray()
+        with _connect(port) as sock:
+            while not done.is_set():
+                responder.roundtrip(sock, responder.metadata_request(1), scratch)
+
+    threads = [threading.Thread(target=pull) for _ in range(pullers)]
+    for t in threads:
+        t.start()
+    samples: list[float] = []
+    scratch = bytearray()
+    with _connect(port) as sock:
+        frame = responder.describe_groups_request(0)
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            responder.roundtrip(sock, frame, scratch)
+            samples.append(1000 * (time.perf_counter() - t0))
+    done.set()
+    for t in threads:
+        t.join()
+    q = statistics.quantiles(samples, n=100)
+    return {"p50_ms": q[49], "p99_ms": q[98], "max_ms": max(samples), "n": len(samples)}
+
+
+def drive_many(port: int, clients: int, requests: list[bytes]) -> float:
+    """``clients`` connections at once, each sending ``requests`` pipelined and reading
+    their responses; return the seconds until the last is served."""
+    frames = b"".join(responder.with_correlation_id(r, i) for i, r in enumerate(requests, 1))
+    responses = len(requests)
+    sel = selectors.DefaultSelector()
+    scratch = memoryview(bytearray(1 << 20))
+    t0 = time.perf_counter()
+    socks = []
+    for _ in range(clients):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex((LOOPBACK, port))
+        # state: [frames left, bytes left in the current frame, header bytes so far]
+        sel.register(sock, selectors.EVENT_WRITE, [responses, 0, b""])
+        socks.append(sock)
+    left = clients
+    deadline = t0 + 120
+    while left and time.perf_counter() < deadline:
+        for key, events in sel.select(timeout=1):
+            sock = cast(socket.socket, key.fileobj)
+            state = key.data
+            if events & selectors.EVENT_WRITE:
+                sock.sendall(frames)  # small: fits the socket buffer
+                sel.modify(sock, selectors.EVENT_READ, state)
+                continue
+            n = sock.recv_into(scratch)
+            if not n:
+                raise ConnectionError("closed by peer")
+            pos = 0
+            while pos < n:
+                if state[1]:
+                    take = min(state[1], n - pos)
+                    state[1] -= take
+                    pos += take
+                    if not state[1]:
+                        state[0] -= 1
+                    continue
+                need = 4 - len(state[2])
+                state[2] += bytes(scratch[pos : pos + need])
+                pos += min(need, n - pos)
+                if len(state[2]) == 4:
+                    state[1] = struct.unpack(">i", state[2])[0]
+                    state[2] = b""
+            if not state[0]:
+                # Served: it goes, as a client done with its bootstrap would close it;
+                # it also frees a slot under haproxy's maxconn for the next one.
+                sel.unregister(sock)
+                sock.close()
+                left -= 1
+    elapsed = time.perf_counter() - t0
+    for sock in socks:
+        sock.close()
+    if left:
+        raise TimeoutError(f"{left} clients not served")
+    return elapsed
+
+
+def loop_lag_p99_ms(metrics_port: int) -> float | None:
+    """Upper bound of the p99 bucket of the gateway's event-loop lag histogram."""
+    text = urllib.request.urlopen(f"http://{LOOPBACK}:{metrics_port}/metrics").read().decode()
+    buckets: list[tuple[float, float]] = []
+    for line in text.splitlines():
+        if line.startswith("kafka_gateway_event_loop_lag_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
+    if not buckets or not buckets[-1][1]:
+        return None
+    total = buckets[-1][1]
+    return next(1000 * le for le, count in buckets if count >= 0.99 * total)
+
+
+def run(args: argparse.Namespace) -> int:
+    results: dict[str, dict[str, Any]] = {}
+    lag = None
+    for partitions in args.partitions:
+        with (
+            responder.start(partitions, args.responder_processes) as upstream,
+            Stack(Path(tempfile.mkdtemp(prefix="metadata-bench-"))) as stack,
+        ):
+            rate, size = responder.ceiling(upstream.port, 1.0)
+            print(
+                f"\n{partitions:,} partitions ({size:,} bytes): responder ceiling "
+                f"{rate:,.0f}/s on one connection",
+                flush=True,
+            )
+            metrics_port = free_port()
+            notes: dict[str, str] = {}
+            ns = argparse.Namespace(
+                broker_bin="",
+                paths=list(PATHS),
+                gateway_arg=["--metrics-listen", f"{LOOPBACK}:{metrics_port}"],
+            )
+            paths = _start_paths(
+                stack, ns, cast(Service, SimpleNamespace(port=upstream.port)), notes
+            )
+            for note in notes.items():
+                print("note:", *note)
+            conns = 1 if partitions <= 10_000 else 4
+            for name, service in paths.items():
+                port = service.port if service else upstream.port
+                pids = service.pids() if service else upstream.pids()
+                row = results.setdefault(f"{name}@{partitions}", {})
+                row.update(measure_rate(port, conns, args.seconds, pids))
+                if partitions == args.partitions[0]:
+                    row.update(measure_concurrent(port, 2, args.seconds))
+                if partitions >= 100_000:
+                    frames = responder.metadata_request(1)
+                    row["rss64_s"] = drive_many(port, 64, [frames, frames])
+                    row["rss64_mb"] = _hwm_mb(pids) if service else None
+                    storm = [responder.api_versions_request(0), frames]
+                    row["storm_s"] = drive_many(port, args.storm, storm)
+                    row["storm_mb"] = _hwm_mb(pids) if service else None
+                print(
+                    name,
+                    {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()},
+                    flush=True,
+                )
+            if paths.get("gateway") is not None:
+                lag = loop_lag_p99_ms(metrics_port)
+                print(f"gateway event-loop lag p99 <= {lag} ms (histogram bucket)")
+    print("\ntargets:")
+    for partitions in args.partitions:
+        gw, ha = results.get(f"gateway@{partitions}"), results.get(f"haproxy@{partitions}")
+        if not gw or not ha:
+            continue
+        print(
+            f"  {partitions:,}: gateway/haproxy Metadata rate {gw['rate'] / ha['rate']:.2f} "
+            "(target >= 0.8)"
+        )
+        if "p99_ms" in gw:
+            print(
+                f"  {partitions:,}: concurrent p99 gateway/haproxy "
+                f"{gw['p99_ms'] / ha['p99_ms']:.2f} (target <= 2)"
+            )
+        if gw.get("rss64_mb"):
+            print(
+                f"  {partitions:,}: gateway peak RSS with 64 connections {gw['rss64_mb']:.0f} MB "
+                "(target <= 100)"
+            )
+    if lag is not None:
+        print(f"  event-loop lag p99 <= {lag} ms (target <= 1)")
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--partitions", type=int, nargs="+", default=[10_000, 100_000])
+    p.add_argument("--seconds", type=float, default=3.0, help="per rate/latency measurement")
+    p.add_argument("--storm", type=int, default=500, help="clients in the reconnect storm")
+    p.add_argument("--responder-processes", type=int, default=2)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run(parse_args()))
