@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests with an API key the gateway does not know: close the connection, "
         "as Kafka does, or forward them untouched (vendor keys) [close]",
     )
+    _add_limit_flags(p)
     return p
 
 
@@ -181,6 +182,30 @@ def _node_table(flag: str, values: list[str] | None) -> dict[str, str] | None:
             raise ConfigError(flag, f"expected NODE=HOST:PORT, got {value!r}")
         table[node] = address
     return table
+
+
+# -- connection limits (issue 13): Kafka's names; defaults in gateway/config.py ------------
+_LIMIT_FLAGS = {
+    "connections_max_idle_ms": "close connections idle this long [600000, like Kafka]",
+    "max_connections": "close new connections over this total [unlimited, like Kafka]",
+    "max_connections_per_ip": "close new connections over this count per client IP [unlimited]",
+    "max_connection_creation_rate": "close new connections over this many per second [unlimited]",
+    "connection_first_request_timeout_ms": "close connections that send no complete "
+    "request within this long [10000]",
+    "queued_max_request_bytes": "stop reading connections holding partial requests or "
+    "undelivered responses while the gateway buffers more than this [268435456; -1: no limit]",
+}
+
+
+def _add_limit_flags(p: argparse.ArgumentParser) -> None:
+    limits = p.add_argument_group("connection limits (top level of the config file)")
+    for key, text in _LIMIT_FLAGS.items():
+        limits.add_argument("--" + key.replace("_", "-"), type=int, metavar="N", help=text)
+    limits.add_argument(
+        "--max-connections-per-ip-overrides",
+        metavar="HOST:N,...",
+        help="per-IP caps for some addresses, e.g. 127.0.0.1:100 [none]",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         "sni_broker_host": args.sni_broker_host,
         "sni_bootstrap_host": args.sni_bootstrap_host,
         "unknown_api_keys": args.unknown_api_keys,
+        **{key: getattr(args, key) for key in _LIMIT_FLAGS},
+        "max_connections_per_ip_overrides": args.max_connections_per_ip_overrides,
     }
     try:
         overrides["advertised_brokers"] = _node_table("--advertise-broker", args.advertise_broker)

@@ -153,6 +153,26 @@ class Config:
     # SASL towards ZooKeeper: "user:password" with DIGEST-MD5 (the server's JAAS
     # DigestLoginModule); zookeeper_auth is the other kind, digest ACL credentials.
     zookeeper_sasl: str | None = None
+    # -- connection limits (issue 13), Kafka's names and defaults ----------------------
+    # Close a connection with no request in flight and no traffic for this long.
+    connections_max_idle_ms: int = 600000
+    # Caps checked when a connection is accepted (Kafka's default: Int.MaxValue, i.e.
+    # none); over a cap the connection is closed at once.
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    # "host:count,host:count" as Kafka's max.connections.per.ip.overrides.
+    max_connections_per_ip_overrides: str = ""
+    # New connections per second (Kafka throttles the acceptor; the gateway closes).
+    max_connection_creation_rate: int = 2**31 - 1
+    # Not Kafka's: a client must complete its first request within this long after the
+    # connection opened, else it is closed; 10 s like upstream_connect_timeout_s.
+    # Without it a half-open or trickling client is only found connections_max_idle_ms
+    # (10 min) later, holding a socket and its buffers all that time.
+    connection_first_request_timeout_ms: int = 10000
+    # Bytes buffered gateway-wide in partial requests and undelivered responses; over
+    # it, connections holding such bytes stop being read. Kafka's default is -1
+    # (unlimited); 256 MiB bounds memory yet fits two max_frame_bytes frames. -1: none.
+    queued_max_request_bytes: int = 256 * 1024 * 1024
 
     @property
     def advertised(self) -> str:
@@ -265,7 +285,21 @@ def _build(raw: dict[str, Any]) -> Config:
     return cfg
 
 
+_LIMIT_INTS = (
+    "connections_max_idle_ms",
+    "max_connections",
+    "max_connections_per_ip",
+    "max_connection_creation_rate",
+    "connection_first_request_timeout_ms",
+    "queued_max_request_bytes",
+)
+
+
 def _convert(key: str, value: Any) -> Any:
+    if key in _LIMIT_INTS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
     if key in ("listen", "metrics_listen"):
         return parse_host_port(key, value, default_host="127.0.0.1" if key == "listen" else None)
     if key == "upstream":
@@ -401,6 +435,7 @@ def _validate(cfg: Config) -> None:
     if cfg.zookeeper_chroot.strip("/") == "":
         raise ConfigError("zookeeper_chroot", "must name a path below '/', e.g. /kafka-gateway")
     _validate_hardening(cfg)
+    _validate_limits(cfg)
     if cfg.zookeeper_auth is not None and ":" not in cfg.zookeeper_auth:
         raise ConfigError("zookeeper_auth", "expected 'user:password'")
     if cfg.gateway_id is not None and (
@@ -536,3 +571,28 @@ def _validate_hardening(cfg: Config) -> None:
             raise ConfigError(key, "set zookeeper_tls = true ([zookeeper_tls] enabled) to use it")
         if path is not None and not Path(path).is_file():
             raise ConfigError(key, f"file {path} does not exist")
+
+
+def _validate_limits(cfg: Config) -> None:
+    """The connection limits: positive, and overrides in Kafka's "host:count,..." form."""
+    for key in _LIMIT_INTS:
+        value = getattr(cfg, key)
+        if key == "queued_max_request_bytes" and value == -1:
+            continue
+        if value < 1:
+            raise ConfigError(key, f"must be >= 1, got {value}")
+    try:
+        parse_ip_overrides(cfg.max_connections_per_ip_overrides)
+    except ValueError as exc:
+        raise ConfigError("max_connections_per_ip_overrides", str(exc)) from None
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """Kafka's max.connections.per.ip.overrides: "host:count,..." (IPv6 hosts: [::1]:5)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.isdigit():
+            raise ValueError(f"expected host:count, got {item!r}")
+        out[host.strip("[]")] = int(count)
+    return out

@@ -294,6 +294,39 @@ class Metrics:
             ],
             registry=r,
         )
+        self._limit_metrics(r)
+
+    # -- connection limits (issue 13; see gateway/server/limits.py) --
+    def _limit_metrics(self, r: CollectorRegistry) -> None:
+        self.connections_refused = Counter(
+            "kafka_gateway_connections_refused_total",
+            "Connections closed when accepted, by the limit they were over",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("max_connections", "max_connections_per_ip", "max_connection_creation_rate"):
+            self.connections_refused.labels(reason)
+        self.connections_limit_closed = Counter(
+            "kafka_gateway_connections_closed_total",
+            "Connections the gateway closed for a limit: idle (connections_max_idle_ms) or no "
+            "complete first request in time (connection_first_request_timeout_ms)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("idle", "first_request_timeout"):
+            self.connections_limit_closed.labels(reason)
+        self.reads_paused = Counter(
+            "kafka_gateway_client_reads_paused_total",
+            "Times a client connection stopped being read because the gateway buffered more "
+            "than queued_max_request_bytes",
+            registry=r,
+        )
+        self.queued_bytes = Gauge(
+            "kafka_gateway_queued_bytes",
+            "Bytes buffered in partial requests and undelivered responses, as counted "
+            "against queued_max_request_bytes",
+            registry=r,
+        )
 
     def client_identified(self, listener: str, old: tuple[str, str], new: tuple[str, str]) -> None:
         self.connections_active.labels(listener, *old).dec()

@@ -408,6 +408,12 @@ class _Reader:
         self._failed = False
 
     @property
+    def buffered(self) -> int:
+        """Bytes of a partial frame held here (counted against queued_max_request_bytes)."""
+        gather = self._gather
+        return (0 if gather is None else len(gather)) + len(self._head)
+
+    @property
     def mid_frame(self) -> bool:
         """True while a frame has started but not ended (e.g. a client aborting mid-request)."""
         return bool(

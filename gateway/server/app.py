@@ -37,6 +37,7 @@ from ..versions import (
 )
 from .features import FeatureGate
 from .http import check_route, json_route, metrics_route, serve_http
+from .limits import ConnectionLimits
 from .loop_lag import LoopLagMonitor
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
@@ -71,6 +72,8 @@ class Gateway:
         self._listen_specs: dict[str, tuple[HostPort, HostPort]] = {}
         self._http: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.limits = ConnectionLimits(config, self.metrics)
+        self._limits_task: asyncio.Task[None] | None = None
         port = config.advertised_listen_port
         self.gateway_id = config.gateway_id or f"{config.advertised}:{port}"
         self.features = FeatureGate(config, self.metrics, self._features_changed, self.registration)
@@ -125,6 +128,9 @@ class Gateway:
             )
         await self.features.register_now()
         self.loop_lag.start()
+        self._limits_task = asyncio.get_running_loop().create_task(
+            self.limits.run(lambda: self.connections)
+        )
         self.started = True
         self._update_health()
 
@@ -367,6 +373,8 @@ class Gateway:
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
+            self.limits.charge(conn, conn.charged, 0)
+            self.limits.release(conn)
             conn.fold_stats()
             if conn.info is not None:
                 self.metrics.connections_active.labels(conn.listener, *conn.info.software).dec()
@@ -411,6 +419,8 @@ class Gateway:
             conn.abort()
         await self.features.stop()
         self.loop_lag.stop()
+        if self._limits_task is not None:
+            self._limits_task.cancel()
         if self._http is not None:
             self._http.close()
         log.info("gateway.stopped", unfinished_connections=len(self.connections))

@@ -173,6 +173,12 @@ class ClientConnection(asyncio.Protocol):
         self._folded_out = 0
         if gateway.request_log is not None:
             self.inflight.observer = self._log_request
+        # Connection limits (gateway/server/limits.py).
+        self.peer_ip = "?"
+        self.opened_at = 0.0
+        self.charged = 0  # bytes counted against queued_max_request_bytes
+        self._memory_paused = False
+        self._first_done = False
 
     # -- client socket -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -182,6 +188,12 @@ class ClientConnection(asyncio.Protocol):
         client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
         peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_ip = peer[0] if peer else "?"
+        if self.gateway.limits.admit(self.peer_ip) is not None:
+            self._closed = True  # over a cap: closed at accept, as Kafka's acceptor does
+            client.abort()
+            return
+        self.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
         self.tls_subject = peer_subject(ssl_object)
@@ -206,11 +218,13 @@ class ClientConnection(asyncio.Protocol):
             self._held_size += len(data)
             if self._held_size > PENDING_HIGH:
                 self.pause_client()
-            return
-        info = self.info
-        if info is not None:
-            info.bytes_in += len(data)
-        self._to_upstream(self.requests.feed(data))
+        else:
+            info = self.info
+            if info is not None:
+                info.bytes_in += len(data)
+            self._to_upstream(self.requests.feed(data))
+        if self.gateway.limits.budget:
+            self._recharge()
 
     def _to_upstream(self, items: list[Item]) -> None:
         upstream = self.upstream
@@ -726,6 +740,44 @@ class ClientConnection(asyncio.Protocol):
             self._to_upstream(self.requests.resume())
         if self.draining and not self.inflight:
             self.close()
+        if self.gateway.limits.budget:
+            self._recharge()
+
+    # -- connection limits (see gateway/server/limits.py) ---------------------------------
+    def _recharge(self) -> None:
+        now = self.buffered()
+        if now != self.charged:
+            self.gateway.limits.charge(self, self.charged, now)
+            self.charged = now
+
+    def buffered(self) -> int:
+        """Partial frames and bytes not yet written, both ways."""
+        held = self._held_size + self.requests.buffered + self.responses.buffered
+        for transport in (self.client, self.upstream):
+            if transport is not None:
+                held += transport.get_write_buffer_size()
+        return held
+
+    def activity(self) -> tuple[int, ...]:
+        info = self.info
+        ins, outs = (info.bytes_in, info.bytes_out) if info is not None else (0, 0)
+        return (ins + self._held_size, outs, len(self.inflight))
+
+    def has_request(self) -> bool:
+        if not self._first_done:
+            frames = self.requests.frames
+            self._first_done = frames > 1 or (frames == 1 and not self.requests.mid_frame)
+        return self._first_done
+
+    def memory_pause(self, paused: bool) -> None:
+        self._memory_paused = paused
+        if paused:
+            self.pause_client()
+        else:
+            self.resume_client()
+
+    def limit_close(self, reason: str) -> None:
+        self.close()
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -830,7 +882,12 @@ class ClientConnection(asyncio.Protocol):
             self.client.pause_reading()
 
     def resume_client(self) -> None:
-        if self.client is not None and self._client_paused and not self.draining:
+        if (
+            self.client is not None
+            and self._client_paused
+            and not self.draining
+            and not self._memory_paused
+        ):
             self._client_paused = False
             self.client.resume_reading()
 

@@ -55,6 +55,11 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_zookeeper_staleness_seconds": ("gauge", []),
     "kafka_gateway_healthy": ("gauge", []),
     "kafka_gateway_event_loop_lag_seconds": ("histogram", []),
+    # connection limits (gateway/server/limits.py)
+    "kafka_gateway_connections_refused": ("counter", ["reason"]),
+    "kafka_gateway_connections_closed": ("counter", ["reason"]),
+    "kafka_gateway_client_reads_paused": ("counter", []),
+    "kafka_gateway_queued_bytes": ("gauge", []),
     "kafka_gateway_info": (
         "gauge",
         [
