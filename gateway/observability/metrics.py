@@ -321,6 +321,14 @@ class Metrics:
             "than queued_max_request_bytes",
             registry=r,
         )
+        self.config_reloads = Counter(
+            "kafka_gateway_config_reloads_total",
+            "SIGHUP reloads of the TLS certificates, by result (a failed one keeps the old)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("ok", "failed"):
+            self.config_reloads.labels(result)
         self.queued_bytes = Gauge(
             "kafka_gateway_queued_bytes",
             "Bytes buffered in partial requests and undelivered responses, as counted "

@@ -23,7 +23,7 @@ from ..config import Config, HostPort
 from ..features.znode import Registration
 from ..interceptors import upstream as internal
 from ..interceptors.api_versions import SoftwareTags
-from ..observability.logging import RequestLog, get_logger
+from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
 from ..observability.metrics import Metrics
 from ..protocol import DESCRIBE_CLUSTER, UPDATE_FEATURES
 from ..versions import (
@@ -42,9 +42,16 @@ from .loop_lag import LoopLagMonitor
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
 from .sni import SniRouter
-from .tls import client_side_context, upstream_context, upstream_server_hostname
+from .tls import (
+    TlsSetupError,
+    client_side_context,
+    reload_client_chain,
+    upstream_context,
+    upstream_server_hostname,
+)
 
 log = get_logger("gateway.server")
+limited = RateLimitedLogger("gateway.server")
 
 
 class Gateway:
@@ -389,6 +396,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
         try:
             await self.start()
         except BaseException:
@@ -399,6 +407,20 @@ class Gateway:
         assert self._stopping is not None
         await self._stopping.wait()
         await self.shutdown()
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the TLS certificate files; connections stay up."""
+        if self.client_tls is None:
+            log.info("gateway.reload", result="ok", tls="off: nothing to reload")
+            return
+        try:
+            reload_client_chain(self.client_tls, self.config)
+        except TlsSetupError as exc:
+            self.metrics.config_reloads.labels("failed").inc()
+            limited.error("gateway.reload_failed", key=exc.key, reason=exc.reason, kept="old")
+            return
+        self.metrics.config_reloads.labels("ok").inc()
+        log.info("gateway.reload", result="ok", tls_cert=self.config.tls_cert)
 
     def request_stop(self, why: str = "stop") -> None:
         log.info("gateway.stopping", signal=why)

@@ -46,6 +46,19 @@ def client_side_context(cfg: Config) -> ssl.SSLContext | None:
     return ctx
 
 
+def reload_client_chain(ctx: ssl.SSLContext, cfg: Config) -> None:
+    """Live reload (SIGHUP): re-read tls_cert/tls_key into the listeners' context itself.
+
+    The listeners keep the context they were created with, so the new chain goes into
+    that same object: new handshakes present it, established connections keep theirs
+    (OpenSSL copies the chain into each connection). The files are tried on a scratch
+    context first, so a bad file raises TlsSetupError and leaves ``ctx`` as it was.
+    """
+    assert cfg.tls_cert is not None
+    client_side_context(cfg)
+    _load_chain(ctx, "tls_cert", cfg.tls_cert, "tls_key", cfg.tls_key)
+
+
 def upstream_context(cfg: Config) -> ssl.SSLContext | None:
     """The upstream connections' context ([upstream_tls]); None when upstream_tls is off."""
     if not cfg.upstream_tls:

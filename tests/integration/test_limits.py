@@ -34,10 +34,13 @@ def served(sock: socket.socket) -> bool:
     """Send ApiVersions; True when an answer came, False when the gateway closed."""
     try:
         sock.sendall(VERSIONS)
-        head = sock.recv(8, socket.MSG_WAITALL)
+        head = b""
+        while len(head) < 8:  # no MSG_WAITALL: TLS sockets refuse flags
+            chunk = sock.recv(8 - len(head))
+            if not chunk:
+                return False
+            head += chunk
     except (ConnectionResetError, BrokenPipeError):
-        return False
-    if len(head) < 8:
         return False
     size, cid = struct.unpack(">ii", head)
     assert cid == 7
@@ -59,12 +62,14 @@ def closed_by_gateway(sock: socket.socket) -> bool:
         return False
 
 
-def counter(gw: GatewayProcess, name: str, reason: str | None = None) -> float:
+def counter(
+    gw: GatewayProcess, name: str, reason: str | None = None, label: str = "reason"
+) -> float:
     with urllib.request.urlopen(gw.metrics_url, timeout=5) as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and (reason is None or sample.labels.get("reason") == reason):
+            if sample.name == name and (reason is None or sample.labels.get(label) == reason):
                 return sample.value
     raise AssertionError(f"{name} {reason} not in /metrics")
 
