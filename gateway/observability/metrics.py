@@ -323,7 +323,8 @@ class Metrics:
         )
         self.config_reloads = Counter(
             "kafka_gateway_config_reloads_total",
-            "SIGHUP reloads of the TLS certificates, by result (a failed one keeps the old)",
+            "SIGHUP reloads of the TLS certificates and feature catalogue, by result (a file "
+            "that does not load keeps the old one)",
             ["result"],
             registry=r,
         )

@@ -20,6 +20,7 @@ import time
 from .. import __version__
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
+from ..features.catalogue import CatalogueError
 from ..features.znode import Registration
 from ..interceptors import upstream as internal
 from ..interceptors.api_versions import SoftwareTags
@@ -409,18 +410,24 @@ class Gateway:
         await self.shutdown()
 
     def reload(self) -> None:
-        """SIGHUP: re-read the TLS certificate files; connections stay up."""
-        if self.client_tls is None:
-            log.info("gateway.reload", result="ok", tls="off: nothing to reload")
-            return
+        """SIGHUP: re-read the TLS certificate files and the feature catalogue;
+        connections stay up. A file that does not load keeps the old one."""
         try:
-            reload_client_chain(self.client_tls, self.config)
-        except TlsSetupError as exc:
+            if self.client_tls is not None:
+                reload_client_chain(self.client_tls, self.config)
+            catalogue_changed = self.features.reload_catalogue()
+        except (TlsSetupError, CatalogueError) as exc:
             self.metrics.config_reloads.labels("failed").inc()
-            limited.error("gateway.reload_failed", key=exc.key, reason=exc.reason, kept="old")
+            key = exc.key if isinstance(exc, TlsSetupError) else "features.catalogue"
+            limited.error("gateway.reload_failed", key=key, reason=str(exc), kept="old")
             return
         self.metrics.config_reloads.labels("ok").inc()
-        log.info("gateway.reload", result="ok", tls_cert=self.config.tls_cert)
+        log.info(
+            "gateway.reload",
+            result="ok",
+            tls_cert=self.config.tls_cert,
+            catalogue_changed=catalogue_changed,
+        )
 
     def request_stop(self, why: str = "stop") -> None:
         log.info("gateway.stopping", signal=why)

@@ -169,6 +169,22 @@ class FeatureGate:
             self._check_compatible(startup=False)
             self._schedule_register()
 
+    def reload_catalogue(self) -> bool:
+        """SIGHUP: re-read features_catalogue; True when it changed. Raises
+        CatalogueError (the old catalogue stays) when the file does not load."""
+        catalogue = load_catalogue(self.config.features_catalogue)
+        if catalogue == self.catalogue:
+            return False
+        self.catalogue = catalogue
+        if self.enabled:
+            self.caps = version_caps(catalogue, self.finalized.levels)
+        # What is supported is worked out per catalogue: learn every upstream again.
+        available, self._available = self._available, {}
+        for upstream, ranges in available.items():
+            self.set_available(upstream, ranges)
+        self._on_change()  # connections renegotiate with the new caps
+        return True
+
     def unsupported_levels(self, finalized: Finalized) -> list[str]:
         """Why ``finalized`` exceeds this gateway's support ([] when compatible)."""
         if self.supported is None:

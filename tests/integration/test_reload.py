@@ -68,3 +68,31 @@ def test_sighup_rotates_the_certificate_under_live_connections(
             assert served(kept)
         assert kept_der == new_der  # the bad file kept the last good certificate
     assert "gateway.reload_failed" in gw.log_path.read_text()
+
+
+def test_sighup_rereads_the_feature_catalogue(gateway_factory, zookeeper, tmp_path: Path) -> None:
+    catalogue = tmp_path / "features.toml"
+    base = (Path(__file__).resolve().parents[2] / "conf" / "features.toml").read_text()
+    catalogue.write_text(base)
+    gw = gateway_factory(
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--zookeeper-chroot",
+        f"/reload-{tmp_path.name}",
+        "--features-catalogue",
+        str(catalogue),
+        metrics=True,
+    )
+    with socket.create_connection((gw.host, gw.port), timeout=PATIENCE_S) as live:
+        assert served(live)
+        catalogue.write_text(base + '\n[features."reload.test"]\nlevels.1 = []\n')
+        reloads(gw, "ok", 1)
+        gauge = "kafka_gateway_feature_supported_max_level"
+        assert counter(gw, gauge, "reload.test", "feature") == 1
+        assert served(live)
+
+        catalogue.write_text('[features."broken"]\nlevels.2 = []\n')  # level 1 missing
+        reloads(gw, "failed", 1)
+        assert served(live)
+    failed = [line for line in gw.log_path.read_text().splitlines() if "reload_failed" in line]
+    assert failed and '"key": "features.catalogue"' in failed[0]
