@@ -178,6 +178,18 @@ def _iso(ms: int | None) -> str | None:
     )
 
 
+def _usage_order(u: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Busiest first, then a total order: the same data gives the same plan.json on any
+    master (rows come back from Spark in whatever order its partitions finished)."""
+    return (
+        -(u["requests"] or 0.0),
+        u["api_key"] if u["api_key"] is not None else -1,
+        u["api_version"] if u["api_version"] is not None else -1,
+        u["client_software_name"] or "",
+        u["client_software_version"] or "",
+    )
+
+
 def plan_document(
     inputs: PlanInputs, data: PlanData, steps: list[dict[str, Any]], charts: Sequence[str]
 ) -> dict[str, Any]:
@@ -198,9 +210,7 @@ def plan_document(
         "blocking_gateways": data.blockers,
         "clients": with_times(data.clients, "first_seen", "last_seen"),
         # Every API version each client software used (gated or not), busiest first.
-        "api_usage": with_times(
-            sorted(data.usage, key=lambda u: -(u["requests"] or 0.0)), "first_seen", "last_seen"
-        ),
+        "api_usage": with_times(sorted(data.usage, key=_usage_order), "first_seen", "last_seen"),
         "steps": steps,
         "charts": list(charts),
         "timings_s": data.timings,
