@@ -103,7 +103,8 @@ examples:
   # on a cluster (see 'pydoc featurectl.plan.job')
   spark-submit --master spark://m:7077 featurectl/plan/job.py --metrics hdfs:///gw/metrics
 
-output (in --out): plan.json (machine-readable), report.md (with charts/*.png)
+output (in --out): plan.json (machine-readable), report.md (with charts/*.png),
+                   report.html (one file, charts inside: to mail or keep as a CI artefact)
 
 state: --zookeeper reads finalized levels and live gateways now; without it the newest
        DIR/state/*.json snapshot is used, else the gateways' feature gauges.
@@ -671,7 +672,10 @@ def _print_summary(data: PlanData, written: Mapping[str, Path]) -> None:
         )
     if not data.verdicts:
         print("  nothing to plan: every feature is at the highest level all gateways support")
-    print(f"wrote {written['report']} and {written['plan']} ({data.timings['total']:.1f} s)")
+    print(
+        f"wrote {written['report']}, {written['html']} and {written['plan']} "
+        f"({data.timings['total']:.1f} s)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
