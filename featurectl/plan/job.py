@@ -56,26 +56,36 @@ CHART_BUCKETS = 120
 # Settings for a local master; a cluster keeps its own spark-defaults.
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
-    # The progress bar garbles the planner's own console output.
-    "spark.ui.showConsoleProgress": "false",
-    # One shuffle partition per few hundred thousand rows is plenty on a laptop; adaptive
-    # execution coalesces further.
-    "spark.sql.shuffle.partitions": "8",
     # Local mode runs tasks inside the driver JVM: its heap is the cache.
     "spark.driver.memory": "2g",
     # List the dataset's round directories on the driver: a local listing is quick, a
     # listing job costs a task per directory.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
 }
+# Settings of the application featurectl starts, on any master (spark-submit included).
+APP_CONF = {
+    # The progress bar garbles the planner's own console output.
+    "spark.ui.showConsoleProgress": "false",
+}
 SESSION_CONF = {
     # Timestamps in the report are UTC whatever the machine's zone.
     "spark.sql.session.timeZone": "UTC",
     # A scrape line that repeats a label must not fail the whole job (last one wins).
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+}
+# Sizing for the planner's data, set per session unless --conf or the cluster's own
+# spark-defaults (spark-submit --conf included) name the key.
+TUNING_CONF = {
     # A scrape file is tens of KB; Spark's default cost of opening one (4 MB) packs ~30
     # per task and makes thousands of tasks, each later scan of the cache paying for
     # them all. Costed at 64 KB, a task reads ~128 MB.
     "spark.sql.files.openCostInBytes": "65536",
+    # The planner's shuffles carry a few thousand series or per-series samples: Spark's
+    # default of 200 partitions makes ~200 tasks per stage, each a scheduling round trip
+    # to an executor. On a standalone cluster that overhead alone made the plan twice
+    # as slow as local[2] on the same data (bench/README.md); adaptive execution
+    # coalesces further where it can.
+    "spark.sql.shuffle.partitions": "8",
 }
 
 EPILOG = """\
@@ -92,7 +102,8 @@ examples:
   # on a cluster (see 'pydoc featurectl.plan.job')
   spark-submit --master spark://m:7077 featurectl/plan/job.py --metrics hdfs:///gw/metrics
 
-output (in --out): plan.json (machine-readable), report.md (with charts/*.png)
+output (in --out): plan.json (machine-readable), report.md (with charts/*.png),
+                   report.html (one file, charts inside: to mail or keep as a CI artefact)
 
 state: --zookeeper reads finalized levels and live gateways now; without it the newest
        DIR/state/*.json snapshot is used, else the gateways' feature gauges.
@@ -179,6 +190,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help=f"Spark master [{DEFAULT_MASTER}; under spark-submit: its --master]",
     )
     parser.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run through a Spark Connect server instead of a local or cluster driver",
+    )
+    parser.add_argument(
         "--zookeeper",
         metavar="CONNECT",
         default=os.environ.get(ZOOKEEPER_ENV) or None,
@@ -241,13 +257,25 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def spark_session(master: str | None, conf: Sequence[tuple[str, str]] = ()) -> SparkSession:
+def spark_session(
+    master: str | None, conf: Sequence[tuple[str, str]] = (), remote: str | None = None
+) -> SparkSession:
+    """The planner's session: classic (``master``) or Spark Connect (``remote``).
+
+    With ``remote`` the driver is the Connect server's; only session settings (SQL
+    confs) travel, and the transforms run unchanged (they are DataFrame code only).
+    """
     from pyspark.sql import SparkSession
 
+    given = dict(conf)
+    if remote is not None:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        _apply_session_conf(spark, given, cluster_set=set())
+        return spark
     if master is None and not under_spark_submit():
         master = DEFAULT_MASTER
     builder = SparkSession.builder.appName("featurectl-plan")
-    settings = dict(SESSION_CONF)
+    settings = dict(APP_CONF)
     if master is not None:
         builder = builder.master(master)
         if master.startswith("local"):
@@ -255,12 +283,27 @@ def spark_session(master: str | None, conf: Sequence[tuple[str, str]] = ()) -> S
             # PySpark's helper processes (small local frames) must run this Python, not
             # whatever "python3" the PATH finds: versions must match and it has PySpark.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings.update(conf)
+    settings.update(given)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # What spark-defaults.conf and spark-submit --conf set (static conf of the app).
+    cluster_set = {k for k, _ in spark.sparkContext.getConf().getAll()} - set(given)
+    _apply_session_conf(spark, given, cluster_set)
     return spark
+
+
+def _apply_session_conf(
+    spark: SparkSession, given: Mapping[str, str], cluster_set: set[str]
+) -> None:
+    """SESSION_CONF always; TUNING_CONF where neither --conf nor the cluster set a key."""
+    settings = dict(SESSION_CONF)
+    settings.update({k: v for k, v in TUNING_CONF.items() if k not in cluster_set})
+    settings.update(given)
+    for key, value in settings.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
 
 
 # -- the plan ------------------------------------------------------------------------------------
@@ -537,7 +580,12 @@ def run_plan(args: argparse.Namespace) -> int:
         print(f"featurectl plan: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    spark = spark_session(args.master, args.conf)
+    if args.remote is not None:
+        problem = _check_remote(args.remote, args.master, args.conf)
+        if problem:
+            print(f"featurectl plan: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    spark = spark_session(args.master, args.conf, remote=args.remote)
     try:
         data = compute_plan(spark, inputs)
     except (DatasetError, UsageError) as exc:
@@ -550,6 +598,21 @@ def run_plan(args: argparse.Namespace) -> int:
     written = write_report(inputs, data)
     _print_summary(data, written)
     return EXIT_OK if all(v["safe"] for v in data.verdicts) else EXIT_UNSAFE
+
+
+def _check_remote(remote: str, master: str | None, conf: Sequence[tuple[str, str]]) -> str:
+    """Why ``--remote`` cannot be used with these arguments ("" when it can)."""
+    if master is not None:
+        return "give --master or --remote, not both (the Connect server has its own master)"
+    if not remote.startswith("sc://"):
+        return f"--remote takes sc://HOST:PORT (a Spark Connect server), got {remote!r}"
+    static = [key for key, _ in conf if not key.startswith("spark.sql.")]
+    if static:
+        return (
+            f"--conf {', '.join(static)}: through Spark Connect only session settings "
+            "(spark.sql.*) apply; set the others on the Connect server"
+        )
+    return ""
 
 
 def _check_local_dataset(root: Path) -> None:
@@ -608,7 +671,10 @@ def _print_summary(data: PlanData, written: Mapping[str, Path]) -> None:
         )
     if not data.verdicts:
         print("  nothing to plan: every feature is at the highest level all gateways support")
-    print(f"wrote {written['report']} and {written['plan']} ({data.timings['total']:.1f} s)")
+    print(
+        f"wrote {written['report']}, {written['html']} and {written['plan']} "
+        f"({data.timings['total']:.1f} s)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

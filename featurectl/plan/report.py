@@ -1,4 +1,4 @@
-"""The planner's output: ``plan.json``, ``report.md`` and PNG charts (no Spark here).
+"""The planner's output: ``plan.json``, ``report.md``, ``report.html`` and PNG charts (no Spark).
 
 Works on ``PlanData`` (plain Python collected by ``job.compute_plan``), so the wording,
 the ordering of the steps and the charts are testable without a SparkSession.
@@ -6,10 +6,12 @@ the ordering of the steps and the charts are testable without a SparkSession.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +180,18 @@ def _iso(ms: int | None) -> str | None:
     )
 
 
+def _usage_order(u: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Busiest first, then a total order: the same data gives the same plan.json on any
+    master (rows come back from Spark in whatever order its partitions finished)."""
+    return (
+        -(u["requests"] or 0.0),
+        u["api_key"] if u["api_key"] is not None else -1,
+        u["api_version"] if u["api_version"] is not None else -1,
+        u["client_software_name"] or "",
+        u["client_software_version"] or "",
+    )
+
+
 def plan_document(
     inputs: PlanInputs, data: PlanData, steps: list[dict[str, Any]], charts: Sequence[str]
 ) -> dict[str, Any]:
@@ -198,9 +212,7 @@ def plan_document(
         "blocking_gateways": data.blockers,
         "clients": with_times(data.clients, "first_seen", "last_seen"),
         # Every API version each client software used (gated or not), busiest first.
-        "api_usage": with_times(
-            sorted(data.usage, key=lambda u: -(u["requests"] or 0.0)), "first_seen", "last_seen"
-        ),
+        "api_usage": with_times(sorted(data.usage, key=_usage_order), "first_seen", "last_seen"),
         "steps": steps,
         "charts": list(charts),
         "timings_s": data.timings,
@@ -210,75 +222,73 @@ def plan_document(
 # -- report.md ------------------------------------------------------------------------------------
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    def cell(value: Any) -> str:
-        return str("-" if value is None else value).replace("|", "\\|")
+NOTHING_TO_PLAN = (
+    "No target given and every feature is already finalized at the highest level all live "
+    "gateways support."
+)
+NO_GATED_CLIENTS = "No client used a gated API version."
+CLIENTS_INTRO = (
+    "API versions that need a finalized level; a downgrade below that level withdraws them. "
+    "requests counts increases of kafka_gateway_requests_total in the window (resets "
+    "handled); last seen "
+    "is the last scrape where the count grew."
+)
 
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return out
+Table = tuple[list[str], list[tuple[Any, ...]]]
 
 
-def render_markdown(doc: Mapping[str, Any]) -> str:
+def _notes(doc: Mapping[str, Any]) -> list[str]:
+    """Warnings about the evidence the plan rests on (shown above the verdicts)."""
+    notes = []
+    if doc["state"]["source"] == "metrics":
+        notes.append(
+            "No ZooKeeper and no state snapshot: live gateways and finalized levels come from "
+            "the gateways' own gauges at their last scrape. Pass --zookeeper for the live "
+            "registry."
+        )
+    if any(g["scrapes"] < 2 for g in doc["dataset"]["gateway_spans"]):
+        notes.append(
+            "Some gateways were scraped only once: their request counts are totals since the "
+            "gateway started, not use within a window. Collect for longer (featurectl collect "
+            "--rounds N) to see who still uses an API version."
+        )
+    return notes
+
+
+def _summary(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """The two lines that say what the plan was made from (plain text)."""
     ds, state = doc["dataset"], doc["state"]
-    lines = [
-        "# kafka-gateway feature plan",
-        "",
-        f"Generated {doc['generated_at']} from `{ds['path']}`: {ds['samples']:,} samples, "
-        f"{ds['gateways']} gateway(s), {ds['scrapes']} scrape(s), {ds['start']} to {ds['end']}.",
-        f"State (finalized levels, live gateways) from **{state['source']}**"
+    made = (
+        f"Generated {doc['generated_at']} from {ds['path']}: {ds['samples']:,} samples, "
+        f"{ds['gateways']} gateway(s), {ds['scrapes']} scrape(s), {ds['start']} to {ds['end']}."
+    )
+    live = (
+        f"State (finalized levels, live gateways) from {state['source']}"
         + (f" at {state['time']}" if state.get("time") else "")
-        + f"; finalized epoch {state['epoch']}; "
-        f"{len(state['gateway_ids'])} live gateway(s).",
-        "",
-    ]
-    if state["source"] == "metrics":
-        lines += [
-            "> No ZooKeeper and no state snapshot: live gateways and finalized levels come "
-            "from the gateways' own gauges at their last scrape. Pass `--zookeeper` for the "
-            "live registry.",
-            "",
-        ]
-    if any(g["scrapes"] < 2 for g in ds["gateway_spans"]):
-        lines += [
-            "> Some gateways were scraped only once: their request counts are totals since "
-            "the gateway started, not use within a window. Collect for longer "
-            "(`featurectl collect --rounds N`) to see who *still* uses an API version.",
-            "",
-        ]
+        + f"; finalized epoch {state['epoch']}; {len(state['gateway_ids'])} live gateway(s)."
+    )
+    return made, live
 
-    lines += ["## Verdicts", ""]
-    if doc["verdicts"]:
-        lines += _table(
-            ["feature", "change", "kind", "safe now", "blocking gateways", "blocking clients"],
-            [
-                (
-                    v["feature"],
-                    f"{v['current_level']} → {v['level']}",
-                    v["kind"],
-                    "yes" if v["safe"] else "**no**",
-                    ", ".join(v["blocking_gateways"]) or "-",
-                    ", ".join(_client(c) for c in v["blocking_clients"]) or "-",
-                )
-                for v in doc["verdicts"]
-            ],
-        )
-    else:
-        lines.append(
-            "No target given and every feature is already finalized at the highest level "
-            "all live gateways support."
-        )
 
-    lines += ["", "## Steps", ""]
-    if not doc["steps"]:
-        lines.append("Nothing to do.")
-    for step in doc["steps"]:
-        marker = "" if step["safe_now"] or step["kind"] != "command" else " (not safe yet)"
-        lines.append(f"{step['step']}. **{step['kind']}**{marker}: {step['action']}")
-        if step["command"]:
-            lines += ["", "   ```sh", f"   {step['command']}", "   ```"]
-    lines += ["", "## Features", ""]
-    lines += _table(
+def _verdict_table(doc: Mapping[str, Any], unsafe: str = "no") -> Table:
+    return (
+        ["feature", "change", "kind", "safe now", "blocking gateways", "blocking clients"],
+        [
+            (
+                v["feature"],
+                f"{v['current_level']} → {v['level']}",
+                v["kind"],
+                "yes" if v["safe"] else unsafe,
+                ", ".join(v["blocking_gateways"]) or "-",
+                ", ".join(_client(c) for c in v["blocking_clients"]) or "-",
+            )
+            for v in doc["verdicts"]
+        ],
+    )
+
+
+def _feature_table(doc: Mapping[str, Any]) -> Table:
+    return (
         [
             "feature",
             "finalized",
@@ -297,58 +307,181 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             for f in doc["features"]
         ],
     )
+
+
+def _client_table(clients: Sequence[Mapping[str, Any]]) -> Table:
+    return (
+        [
+            "feature",
+            "level",
+            "API",
+            "version",
+            "client software",
+            "requests",
+            "connections now",
+            "peak",
+            "first seen",
+            "last seen",
+            "gateways",
+        ],
+        [
+            (
+                c["feature"],
+                c["level"],
+                c["api"],
+                c["api_version"],
+                _client(c),
+                f"{c['requests']:,.0f}",
+                f"{c['connections_now']:g}",
+                f"{c['connections_peak']:g}",
+                c["first_seen"],
+                c["last_seen"],
+                len(c["gateways"]),
+            )
+            for c in clients[:REPORT_CLIENT_ROWS]
+        ],
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    def cell(value: Any) -> str:
+        return str("-" if value is None else value).replace("|", "\\|")
+
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return out
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    made, live = _summary(doc)
+    lines = ["# kafka-gateway feature plan", "", made, live, ""]
+    for note in _notes(doc):
+        lines += [f"> {note}", ""]
+
+    lines += ["## Verdicts", ""]
+    if doc["verdicts"]:
+        lines += _table(*_verdict_table(doc, unsafe="**no**"))
+    else:
+        lines.append(NOTHING_TO_PLAN)
+
+    lines += ["", "## Steps", ""]
+    if not doc["steps"]:
+        lines.append("Nothing to do.")
+    for step in doc["steps"]:
+        marker = "" if step["safe_now"] or step["kind"] != "command" else " (not safe yet)"
+        lines.append(f"{step['step']}. **{step['kind']}**{marker}: {step['action']}")
+        if step["command"]:
+            lines += ["", "   ```sh", f"   {step['command']}", "   ```"]
+    lines += ["", "## Features", ""]
+    lines += _table(*_feature_table(doc))
     lines += [
         "",
         "## Clients on gated API versions",
         "",
-        "API versions that need a finalized level; a downgrade below that level withdraws "
-        "them. `requests` counts increases of `kafka_gateway_requests_total` in the window "
-        "(resets handled); `last seen` is the last scrape where the count grew.",
+        CLIENTS_INTRO,
         "",
     ]
     clients = doc["clients"]
     if clients:
-        lines += _table(
-            [
-                "feature",
-                "level",
-                "API",
-                "version",
-                "client software",
-                "requests",
-                "connections now",
-                "peak",
-                "first seen",
-                "last seen",
-                "gateways",
-            ],
-            [
-                (
-                    c["feature"],
-                    c["level"],
-                    c["api"],
-                    c["api_version"],
-                    _client(c),
-                    f"{c['requests']:,.0f}",
-                    f"{c['connections_now']:g}",
-                    f"{c['connections_peak']:g}",
-                    c["first_seen"],
-                    c["last_seen"],
-                    len(c["gateways"]),
-                )
-                for c in clients[:REPORT_CLIENT_ROWS]
-            ],
-        )
+        lines += _table(*_client_table(clients))
         if len(clients) > REPORT_CLIENT_ROWS:
             lines.append(f"\n({len(clients) - REPORT_CLIENT_ROWS} more rows in plan.json)")
     else:
-        lines.append("No client used a gated API version.")
+        lines.append(NO_GATED_CLIENTS)
     if doc["charts"]:
         lines += ["", "## Charts", ""]
         lines += [f"![{Path(c).stem}]({c})" for c in doc["charts"]]
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in doc["timings_s"].items())
     lines += ["", f"<sub>Spark timings: {timings}</sub>", ""]
     return "\n".join(lines)
+
+
+# -- report.html ---------------------------------------------------------------------------------
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
+       padding: 0 1em; color: #1d1d1f; }
+h1 { font-size: 1.6em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .5em 0; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+.unsafe { color: #b00020; font-weight: 600; } .safe { color: #1b7f3b; }
+.note { background: #fff6d6; border-left: 4px solid #e0b000; padding: .5em 1em; }
+pre { background: #f6f6f6; padding: .5em 1em; overflow-x: auto; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+"""
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        text = "-" if value is None else str(value)
+        css = {"no": "unsafe", "yes": "safe"}.get(text)
+        return f'<td class="{css}">{escape(text)}</td>' if css else f"<td>{escape(text)}</td>"
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(doc: Mapping[str, Any], out: Path) -> str:
+    """report.html: one file, charts inline (base64 PNG), no script, nothing fetched.
+
+    Meant to be mailed or opened from a CI artefact, so it carries everything; ``out``
+    is where the charts named in ``doc`` were written.
+    """
+    made, live = _summary(doc)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>kafka-gateway feature plan, {escape(doc['generated_at'])}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>kafka-gateway feature plan</h1>",
+        f"<p>{escape(made)}<br>{escape(live)}</p>",
+    ]
+    parts += [f'<p class="note">{escape(note)}</p>' for note in _notes(doc)]
+    parts.append('<h2 id="verdicts">Verdicts</h2>')
+    if doc["verdicts"]:
+        parts.append(_html_table(*_verdict_table(doc)))
+    else:
+        parts.append(f"<p>{escape(NOTHING_TO_PLAN)}</p>")
+    parts.append('<h2 id="steps">Steps</h2>')
+    if doc["steps"]:
+        parts.append("<ol>")
+        for step in doc["steps"]:
+            unsafe = not step["safe_now"] and step["kind"] == "command"
+            marker = ' <span class="unsafe">(not safe yet)</span>' if unsafe else ""
+            command = f"<pre>{escape(step['command'])}</pre>" if step["command"] else ""
+            parts.append(
+                f"<li><b>{escape(step['kind'])}</b>{marker}: {escape(step['action'])}{command}</li>"
+            )
+        parts.append("</ol>")
+    else:
+        parts.append("<p>Nothing to do.</p>")
+    if doc["charts"]:
+        parts.append('<h2 id="charts">Charts</h2>')
+        for chart in doc["charts"]:
+            data = base64.b64encode((out / chart).read_bytes()).decode("ascii")
+            name = Path(chart).stem
+            parts.append(
+                f'<figure id="chart-{escape(name)}"><img alt="{escape(name)}" '
+                f'src="data:image/png;base64,{data}"></figure>'
+            )
+    parts += ['<h2 id="features">Features</h2>', _html_table(*_feature_table(doc))]
+    parts += [
+        '<h2 id="clients">Clients on gated API versions</h2>',
+        f"<p>{escape(CLIENTS_INTRO)}</p>",
+    ]
+    clients = doc["clients"]
+    if clients:
+        parts.append(_html_table(*_client_table(clients)))
+        if len(clients) > REPORT_CLIENT_ROWS:
+            parts.append(f"<p>({len(clients) - REPORT_CLIENT_ROWS} more rows in plan.json)</p>")
+    else:
+        parts.append(f"<p>{escape(NO_GATED_CLIENTS)}</p>")
+    timings = ", ".join(f"{k} {v:.1f} s" for k, v in doc["timings_s"].items())
+    parts += [f"<p><small>Spark timings: {escape(timings)}</small></p>", "</body></html>", ""]
+    return "\n".join(parts)
 
 
 # -- charts --------------------------------------------------------------------------------------
@@ -489,7 +622,9 @@ def write_report(inputs: PlanInputs, data: PlanData) -> dict[str, Any]:
     plan_path.write_text(json.dumps(doc, indent=2) + "\n")
     report_path = out / "report.md"
     report_path.write_text(render_markdown(doc))
-    return {"plan": plan_path, "report": report_path, "charts": charts}
+    html_path = out / "report.html"
+    html_path.write_text(render_html(doc, out))
+    return {"plan": plan_path, "report": report_path, "html": html_path, "charts": charts}
 
 
 __all__ = [
@@ -497,6 +632,7 @@ __all__ = [
     "featurectl_command",
     "plan_document",
     "render_charts",
+    "render_html",
     "render_markdown",
     "write_report",
 ]

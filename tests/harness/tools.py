@@ -33,6 +33,8 @@ OPTIONAL_TOOLS: dict[str, OptionalTool] = {
         # A real Prometheus server, and its rule checker; Debian packages both as prometheus.
         OptionalTool("prometheus", ("prometheus",), "apt-get install prometheus"),
         OptionalTool("promtool", ("promtool",), "apt-get install prometheus"),
+        # Opens featurectl plan's report.html headless.
+        OptionalTool("chromium", ("chromium", "chromium-browser"), "apt-get install chromium"),
         OptionalTool("kubectl", ("kubectl",), "https://kubernetes.io/docs/tasks/tools/"),
         OptionalTool(
             "docker-compose", ("docker-compose", "docker"), "apt-get install docker-compose"
