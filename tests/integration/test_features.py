@@ -282,8 +282,10 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
             "upstream": "127.0.0.1:2",
             "zookeeper": zookeeper.connect_string,
             "zookeeper_chroot": CHROOT,
-            # Long enough that the session outlives the ZooKeeper restart below.
-            "zookeeper_timeout_s": 30.0,
+            # Long enough that the session outlives the ZooKeeper restart below, short
+            # enough that a reconnect attempt caught by the restarting server (kazoo waits
+            # a session timeout for its answer; seen in CI) leaves time for the next one.
+            "zookeeper_timeout_s": 12.0,
             "features_catalogue": catalogue(tmp_path, "a", CATALOGUE_A),
         }
     )
@@ -320,7 +322,7 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
             await _until(
                 lambda: [r.gateway_id for r in store.registrations()] == ["gw-r"],
                 "registration after reconnect",
-                timeout=30,
+                timeout=45,
             )
             assert gate._client.client_id == session  # resumed, not a new session
             assert len(calls) == 2

