@@ -21,6 +21,9 @@ examples:
                 --advertised-host gw.example
       cluster: bootstrap on 9092, one listener per broker on 9093+node_id
   kafka-gateway --config conf/gateway.toml --metrics-listen 0.0.0.0:9404
+  kafka-gateway --upstream broker-0:9093 --workers 4 --metrics-listen 0.0.0.0:9404
+      four worker processes behind one port, one /metrics summing them, one
+      ZooKeeper registration; a worker that dies is restarted
   kafka-gateway --mode cluster --listen 0.0.0.0:9093 --upstream kafka:9092 \\
                 --tls-cert gw.pem --sni-broker-host 'broker-{node_id}.kafka.example' \\
                 --sni-bootstrap-host bootstrap.kafka.example --advertised-port 443
@@ -100,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="log rendering [auto: console on a TTY, else JSON]",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes, each serving every listener (SO_REUSEPORT); 1 runs a "
+        "single process [the CPUs this process may run on]",
+    )
     tls = p.add_argument_group("TLS ([tls] and [upstream_tls] in the config file)")
     tls.add_argument("--tls-cert", metavar="PEM", help="serve clients TLS with this certificate")
     tls.add_argument("--tls-key", metavar="PEM", help="its private key [in --tls-cert]")
@@ -237,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "sni_broker_host": args.sni_broker_host,
         "sni_bootstrap_host": args.sni_bootstrap_host,
         "unknown_api_keys": args.unknown_api_keys,
+        "workers": args.workers,
         **{key: getattr(args, key) for key in _LIMIT_FLAGS},
         "max_connections_per_ip_overrides": args.max_connections_per_ip_overrides,
     }
@@ -279,7 +290,14 @@ def run(config: Config) -> int:
             zookeeper=config.zookeeper or stack.zookeeper,
         )
     try:
-        gateway = Gateway(config)
+        if config.workers > 1:
+            from .server.supervisor import Supervisor
+
+            # The supervisor runs the control plane; its workers are Gateways.
+            server: Gateway | Supervisor = Supervisor(config)
+            config = server.config  # with the port it picked, if listen's was 0
+        else:
+            server = Gateway(config)
         if stack is not None:
             print(
                 f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
@@ -298,7 +316,7 @@ def run(config: Config) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        uvloop.run(gateway.serve_forever())
+        uvloop.run(server.serve_forever())
     except FeatureStartupError as exc:
         log.error("gateway.refused_to_start", error=str(exc))
         print(f"kafka-gateway: refusing to start: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ the gateway reads files, flags or the environment for settings.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -173,6 +174,11 @@ class Config:
     # it, connections holding such bytes stop being read. Kafka's default is -1
     # (unlimited); 256 MiB bounds memory yet fits two max_frame_bytes frames. -1: none.
     queued_max_request_bytes: int = 256 * 1024 * 1024
+    # -- processes (issue 12) ----------------------------------------------------------
+    # Worker processes, each accepting on every listener; 1 is a single process with no
+    # supervisor. Default: the CPUs this process may run on (its affinity, so a
+    # container's cpuset or `taskset` counts, not the host's core count).
+    workers: int = field(default_factory=lambda: default_workers())
 
     @property
     def advertised(self) -> str:
@@ -195,6 +201,13 @@ class Config:
             return self.ports[node_id]
         base = self.port_base if self.port_base is not None else self.listen.port + 1
         return base + node_id
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+MAX_WORKERS = 512
 
 
 def parse_host_port(key: str, value: object, default_host: str | None = None) -> HostPort:
@@ -292,6 +305,7 @@ _LIMIT_INTS = (
     "max_connection_creation_rate",
     "connection_first_request_timeout_ms",
     "queued_max_request_bytes",
+    "workers",
 )
 
 
@@ -403,6 +417,10 @@ def _validate(cfg: Config) -> None:
     if not 64 <= cfg.max_frame_bytes <= 2**31 - 1:
         raise ConfigError(
             "max_frame_bytes", f"must be between 64 and 2147483647, got {cfg.max_frame_bytes}"
+        )
+    if not 1 <= cfg.workers <= MAX_WORKERS:
+        raise ConfigError(
+            "workers", f"must be between 1 and {MAX_WORKERS} processes, got {cfg.workers}"
         )
     for key in (
         "upstream_connect_timeout_s",

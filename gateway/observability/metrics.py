@@ -11,10 +11,9 @@ when a connection closes.
 Everything here runs on the event loop thread, including scrapes (``server.http``
 serves /metrics from the loop), so no locks are needed.
 
-Several processes: a gateway is one process; to use more cores run several gateways
-(one per broker in sidecar mode, or several behind a TCP balancer), each with its own
-metrics port, and let Prometheus sum across targets. Every series carries only this
-process's counts, so sums are correct.
+Several processes (``workers`` > 1): every worker keeps its own registry and serves it
+privately; the supervisor's /metrics is their merge (``observability.merge``): counters
+and histograms summed, gauges by the rule each one's meaning needs.
 """
 
 from __future__ import annotations
@@ -295,6 +294,14 @@ class Metrics:
             registry=r,
         )
         self._limit_metrics(r)
+        # -- workers (issue 12; see gateway/server/supervisor.py) ----------------------
+        # 0 in a single process and in every worker; the supervisor counts. Exported
+        # everywhere so /metrics has the same names whatever `workers` is.
+        self.worker_restarts = Counter(
+            "kafka_gateway_worker_restarts_total",
+            "Worker processes the supervisor restarted after they died",
+            registry=r,
+        )
 
     # -- connection limits (issue 13; see gateway/server/limits.py) --
     def _limit_metrics(self, r: CollectorRegistry) -> None:

@@ -16,6 +16,8 @@ import signal
 import ssl
 import struct
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from .. import __version__
 from ..clients import ClientInfo, ConnectionRegistry
@@ -50,15 +52,20 @@ from .tls import (
     upstream_context,
     upstream_server_hostname,
 )
+from .worker_role import WorkerRole
 
 log = get_logger("gateway.server")
 limited = RateLimitedLogger("gateway.server")
 
 
 class Gateway:
-    def __init__(self, config: Config, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, config: Config, metrics: Metrics | None = None, worker: WorkerRole | None = None
+    ) -> None:
         assert config.upstream is not None, "the embedded stack sets upstream before start"
         self.config = config
+        # None: a gateway of its own (one process); else one worker of a supervisor.
+        self.worker = worker
         self.metrics = metrics or Metrics()
         self.router: SidecarRouter | ClusterRouter
         if config.mode == "cluster":
@@ -81,10 +88,15 @@ class Gateway:
         self._http: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.limits = ConnectionLimits(config, self.metrics)
+        if worker is not None:
+            self.limits.share(worker.count)
         self._limits_task: asyncio.Task[None] | None = None
         port = config.advertised_listen_port
         self.gateway_id = config.gateway_id or f"{config.advertised}:{port}"
         self.features = FeatureGate(config, self.metrics, self._features_changed, self.registration)
+        if worker is not None:
+            self.features.registers = False
+            self.features.refuse_at_startup = False
         self.metrics.traffic.refresh = self._fold_live_connections
         self.started = False
         # Event-loop lag (kafka_gateway_event_loop_lag_seconds), measured from start().
@@ -118,15 +130,20 @@ class Gateway:
         self._stopping = asyncio.Event()
         upstream = self.config.upstream
         assert upstream is not None
-        await self._probe_upstream(upstream)
-        await self.features.start()
+        await self.start_control_plane()
         name = "bootstrap" if self.config.mode == "cluster" else "sidecar"
         name = "sni" if self.sni is not None else name
         await self._listen(name, self.config.listen, upstream)
-        if self.config.metrics_listen is not None:
+        metrics_listen = self.config.metrics_listen
+        if metrics_listen is not None:
+            # A worker serves its own endpoint privately; the supervisor serves
+            # metrics_listen, summing the workers' /metrics.
+            host, port = (
+                ("127.0.0.1", 0) if self.worker else (metrics_listen.host, metrics_listen.port)
+            )
             self._http = await serve_http(
-                self.config.metrics_listen.host,
-                self.config.metrics_listen.port,
+                host,
+                port,
                 {
                     "/metrics": metrics_route(self.metrics.registry),
                     "/healthz": check_route(self.health),
@@ -141,6 +158,31 @@ class Gateway:
         )
         self.started = True
         self._update_health()
+        if self.worker is not None:
+            http_port = self._http.sockets[0].getsockname()[1] if self._http else None
+            self.worker.ready(http_port)
+            self._spawn(self._watch_supervisor(self.worker))
+
+    async def start_control_plane(self) -> None:
+        """Learn the upstream's versions and the finalized levels (FeatureStartupError:
+        refuse to start). A supervisor runs only this, then registers."""
+        upstream = self.config.upstream
+        assert upstream is not None
+        await self.probe_upstream(upstream)
+        await self.features.start()
+
+    async def _watch_supervisor(self, worker: WorkerRole) -> None:
+        while not self.stopping:
+            if worker.orphaned():
+                log.error("worker.supervisor_gone", worker=worker.index, action="stopping")
+                self.request_stop("supervisor gone")
+                return
+            await asyncio.sleep(1.0)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def health(self) -> tuple[bool, str]:
         if not self.features.compatible:
@@ -156,7 +198,7 @@ class Gateway:
             return False, "not accepting connections: incompatible finalized feature levels"
         return True, "ready"
 
-    async def _probe_upstream(self, upstream: HostPort) -> None:
+    async def probe_upstream(self, upstream: HostPort) -> None:
         """Learn the upstream's ApiVersions before clients come (feature support, the
         startup check, the registration). A broker that is down now is not fatal: the
         first client connection will learn the same."""
@@ -186,6 +228,11 @@ class Gateway:
             address.host,
             address.port,
             reuse_address=True,
+            # Workers each open their own listener on the same port and the kernel
+            # spreads connections over them. Chosen over sockets inherited from the
+            # supervisor because cluster mode opens broker listeners at run time, as
+            # Metadata reveals brokers: a worker can do that alone, with no hand-off.
+            reuse_port=self.worker is not None,
             ssl=self.client_tls,
         )
         self._servers[name] = server
@@ -326,11 +373,8 @@ class Gateway:
             self._servers.clear()
             log.error("gateway.listeners_paused", reason="incompatible finalized feature levels")
         elif compatible and not self._servers and self._listen_specs:
-            loop = asyncio.get_running_loop()
             for name, (address, upstream) in list(self._listen_specs.items()):
-                task = loop.create_task(self._listen(name, address, upstream))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._spawn(self._listen(name, address, upstream))
             log.info("gateway.listeners_resumed")
 
     def own_range(self, api_key: int) -> VersionRange | None:
@@ -397,6 +441,12 @@ class Gateway:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
+        if self.worker is not None:
+            # Ctrl-C reaches the whole process group; the supervisor alone decides, and
+            # stops its workers with SIGTERM (else a worker's exit could race the
+            # supervisor's own SIGINT and look like a crash to restart).
+            loop.remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
         try:
             await self.start()

@@ -93,6 +93,11 @@ class FeatureGate:
         self._register_on_reconnect = False
         self._available: dict[str, dict[int, VersionRange]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # A worker of a supervised gateway neither registers (the supervisor holds the one
+        # registration) nor refuses to start (the supervisor checked once; a restarted
+        # worker that finds levels it cannot serve starts paused, as at run time).
+        self.registers = True
+        self.refuse_at_startup = True
         metrics.zookeeper_staleness.set_function(self.staleness_s)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -292,7 +297,7 @@ class FeatureGate:
 
     def _check_compatible(self, *, startup: bool) -> None:
         problems = self.unsupported_levels(self.finalized)
-        if startup and problems:
+        if startup and problems and self.refuse_at_startup:
             raise FeatureStartupError(
                 "finalized feature levels exceed what this gateway supports: "
                 + "; ".join(problems)
@@ -375,7 +380,12 @@ class FeatureGate:
         return self._registration().gateway_id
 
     def _schedule_register(self) -> None:
-        if self._store is None or self._loop is None or self.supported is None:
+        if (
+            self._store is None
+            or self._loop is None
+            or self.supported is None
+            or not self.registers
+        ):
             return
         self._spawn(self._register())
 
@@ -426,7 +436,7 @@ class FeatureGate:
 
     async def register_now(self) -> None:
         """Register at startup (raises FeatureStartupError if the id is taken)."""
-        if self._store is not None and self.supported is not None:
+        if self._store is not None and self.supported is not None and self.registers:
             await self._register(at_startup=True)
 
 

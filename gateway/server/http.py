@@ -14,8 +14,9 @@ state without locks. Requests are tiny and rare; each gets one response and a cl
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -23,7 +24,9 @@ from ..observability.logging import get_logger
 
 log = get_logger("gateway.http")
 
-Route = Callable[[], tuple[int, str, bytes]]
+Answer = tuple[int, str, bytes]
+# A route answers at once, or later (a supervisor asks its workers first).
+Route = Callable[[], Answer | Awaitable[Answer]]
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
@@ -60,7 +63,10 @@ async def serve_http(host: str, port: int, routes: dict[str, Route]) -> asyncio.
                     b"try /metrics /healthz /readyz /connections\n",
                 )
             else:
-                status, ctype, body = route()
+                answer = route()
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                status, ctype, body = answer
             writer.write(
                 f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()

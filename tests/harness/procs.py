@@ -727,6 +727,11 @@ class GatewayProcess(ManagedProcess):
             argv += ["--advertised-host", self.advertised_host]
         if self.metrics_port is not None:
             argv += ["--metrics-listen", f"{self.host}:{self.metrics_port}"]
+        if "--workers" not in self.extra_args:
+            # One process unless a test asks for workers: most tests look at one
+            # gateway's state, and a process each keeps a 2-core CI box responsive.
+            # tests/integration/test_workers.py covers the default, several workers.
+            argv += ["--workers", "1"]
         return argv + self.extra_args
 
     def _probe_ready(self) -> bool:

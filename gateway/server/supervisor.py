@@ -1,0 +1,428 @@
+"""The supervisor of a multi-worker gateway (``workers`` > 1).
+
+Modelled on uvicorn's and gunicorn's worker model: a small parent process owns the
+lifecycle and the things there must be one of, and N worker processes serve clients.
+
+The supervisor (this module):
+
+* checks start-up once: learns the upstream's versions, reads the finalized feature
+  levels and refuses to start (one message, exit 1) when they exceed the support;
+* holds the one ZooKeeper registration of the gateway;
+* starts the workers (``multiprocessing`` "spawn": the supervisor already runs kazoo's
+  threads, which a fork would copy half-way), restarts one that dies (a log line,
+  ``kafka_gateway_worker_restarts_total``; the others keep serving), and on SIGTERM or
+  SIGINT flips readiness, lets every worker drain and exits 0; SIGHUP is passed on;
+* serves ``metrics_listen``: /metrics merged from the workers' own (see
+  ``observability.merge``), /connections concatenated, /healthz and /readyz.
+
+Each worker is a full ``Gateway`` (``app.py``) with a ``WorkerRole``: it opens every
+listener itself with SO_REUSEPORT (why: see ``Gateway._listen``), watches the feature
+levels with its own ZooKeeper session (a finalize reaches every worker as fast as it
+reaches a single-process gateway), takes 1/N of the connection limits, serves its
+operator endpoint on a private loopback port, and stops when the supervisor is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from ..config import Config, HostPort
+from ..observability.logging import RateLimitedLogger, configure_logging, get_logger
+from ..observability.merge import MetricsMerger, Parsed, parse
+from .app import Gateway
+from .http import Route, check_route, serve_http
+from .worker_role import WorkerRole
+
+log = get_logger("gateway.supervisor")
+
+# A worker that dies within this long of its start is restarted after a growing delay
+# (up to MAX_RESTART_DELAY_S), so one that cannot start does not spin the CPU.
+STABLE_AFTER_S = 10.0
+MAX_RESTART_DELAY_S = 10.0
+# Extra time after drain_timeout_s for a worker to close and deregister, then SIGKILL.
+STOP_GRACE_S = 5.0
+# The supervisor reads the workers' metrics this often even without a scrape, so a
+# worker that dies loses at most this long of counts from the sums.
+REFRESH_S = 5.0
+# The supervisor's own series in /metrics (the rest comes from the workers).
+OWN_FAMILIES = frozenset({"kafka_gateway_worker_restarts"})
+
+
+class WorkerStartFailed(OSError):
+    """A worker exited before it served (a listener it cannot open, ...)."""
+
+
+@dataclass
+class Slot:
+    """One worker position: its current process and what the supervisor knows of it."""
+
+    index: int
+    process: BaseProcess | None = None
+    conn: Connection | None = None
+    started_at: float = 0.0
+    ready: bool = False
+    http_port: int | None = None
+    restart_delay_s: float = 0.1
+    restart_at: float | None = None
+    last_metrics: Parsed = field(default_factory=dict)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.exitcode is None
+
+
+class Supervisor:
+    def __init__(self, config: Config) -> None:
+        self._reserved: socket.socket | None = None
+        if config.listen.port == 0:
+            # Every worker must bind the same port: pick it once and hold it (bound,
+            # not listening, so the kernel hands it no connections).
+            config = replace(config, listen=self._reserve(config.listen))
+        self.config = config
+        # The control plane: probe, feature gate, registration. It never listens.
+        self.control = Gateway(config)
+        self.metrics = self.control.metrics
+        self.slots = [Slot(i) for i in range(config.workers)]
+        self.merger = MetricsMerger()
+        self.started = False
+        self.stopping = False
+        self._stop = asyncio.Event()
+        self._http: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._context = multiprocessing.get_context("spawn")
+
+    def _reserve(self, listen: HostPort) -> HostPort:
+        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((listen.host, 0))
+        self._reserved = sock
+        return HostPort(listen.host, sock.getsockname()[1])
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def serve_forever(self) -> None:
+        """Raises FeatureStartupError (refuse to start) or OSError (a worker cannot serve)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, sig.name)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        try:
+            await self.control.start_control_plane()
+            await self.control.features.register_now()
+            if self.control.features.supported is None:
+                self._spawn_task(self._probe_until_known())
+            if self.config.metrics_listen is not None:
+                # Before the workers: /readyz answers "starting" meanwhile.
+                self._http = await serve_http(
+                    self.config.metrics_listen.host,
+                    self.config.metrics_listen.port,
+                    self.routes(),
+                )
+            for slot in self.slots:
+                self._start_worker(slot)
+            await self._wait_until_serving()
+        except BaseException:
+            await self._stop_workers(grace_s=STOP_GRACE_S)
+            await self.control.features.stop()
+            if self._http is not None:
+                self._http.close()
+            _stop_resource_tracker()
+            raise
+        self.started = True
+        log.info(
+            "gateway.supervising",
+            workers=len(self.slots),
+            pids=[s.process.pid for s in self.slots if s.process is not None],
+            listen=str(self.config.listen),
+        )
+        self._spawn_task(self._monitor())
+        if self.config.metrics_listen is not None:
+            self._spawn_task(self._refresh_metrics())
+        await self._stop.wait()
+        await self.shutdown()
+
+    def request_stop(self, why: str = "stop") -> None:
+        log.info("gateway.stopping", signal=why, workers=len(self.slots))
+        self._stop.set()
+
+    def reload(self) -> None:
+        """SIGHUP: every worker re-reads its certificate and catalogue; so does the
+        supervisor's feature gate (its compatibility check uses the catalogue)."""
+        self.control.reload()
+        for slot in self.slots:
+            if slot.alive and slot.process is not None and slot.process.pid is not None:
+                os.kill(slot.process.pid, signal.SIGHUP)
+
+    async def shutdown(self) -> None:
+        self.stopping = True  # readiness flips first
+        await self._stop_workers(grace_s=self.config.drain_timeout_s + STOP_GRACE_S)
+        for task in self._tasks:
+            task.cancel()
+        await self.control.features.stop()
+        if self._http is not None:
+            self._http.close()
+        _stop_resource_tracker()
+        log.info("gateway.stopped", workers=len(self.slots))
+
+    async def _stop_workers(self, grace_s: float) -> None:
+        """SIGTERM every worker (each drains its connections), SIGKILL after grace_s."""
+        self.stopping = True
+        for slot in self.slots:
+            if slot.alive and slot.process is not None and slot.process.pid is not None:
+                os.kill(slot.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(s.alive for s in self.slots) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for slot in self.slots:
+            if slot.alive and slot.process is not None:
+                log.error("worker.kill", worker=slot.index, pid=slot.process.pid, after_s=grace_s)
+                slot.process.kill()
+                slot.process.join(1)
+
+    # -- workers -----------------------------------------------------------------------
+    def _start_worker(self, slot: Slot) -> None:
+        receive, send = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=run_worker,
+            args=(self.config, slot.index, len(self.slots), os.getpid(), send),
+            name=f"kafka-gateway-worker-{slot.index}",
+        )
+        process.start()
+        send.close()  # the worker's end; ours reads
+        slot.process, slot.conn = process, receive
+        slot.started_at = time.monotonic()
+        slot.ready, slot.http_port, slot.restart_at = False, None, None
+
+    def _poll(self, slot: Slot) -> None:
+        """Read what a worker reported (its readiness and private HTTP port)."""
+        conn = slot.conn
+        try:
+            while conn is not None and conn.poll():
+                kind, value = conn.recv()
+                if kind == "ready":
+                    slot.ready, slot.http_port = True, value
+        except (EOFError, OSError):
+            pass  # the worker is gone; the exit code says how
+
+    async def _wait_until_serving(self) -> None:
+        """Every worker serves, or the start fails (one that exits before serving)."""
+        while True:
+            for slot in self.slots:
+                self._poll(slot)
+                if not slot.ready and not slot.alive:
+                    assert slot.process is not None
+                    raise WorkerStartFailed(
+                        f"worker {slot.index} exited with {_how(slot.process.exitcode)} "
+                        "before serving; its log lines above say why"
+                    )
+            if all(s.ready for s in self.slots):
+                return
+            await asyncio.sleep(0.05)
+
+    async def _monitor(self) -> None:
+        while not self.stopping:
+            now = time.monotonic()
+            for slot in self.slots:
+                self._poll(slot)
+                if slot.restart_at is not None:
+                    if now >= slot.restart_at and not self.stopping:
+                        self._start_worker(slot)
+                    continue
+                if slot.alive or self.stopping:
+                    continue
+                self._worker_died(slot, now)
+            await asyncio.sleep(0.1)
+
+    def _worker_died(self, slot: Slot, now: float) -> None:
+        assert slot.process is not None
+        lived_s = now - slot.started_at
+        if lived_s < STABLE_AFTER_S:
+            slot.restart_delay_s = min(slot.restart_delay_s * 2, MAX_RESTART_DELAY_S)
+        else:
+            slot.restart_delay_s = 0.1
+        self.merger.retire(slot.last_metrics)
+        slot.last_metrics = {}
+        slot.ready = False
+        if slot.conn is not None:
+            slot.conn.close()
+            slot.conn = None
+        slot.restart_at = now + slot.restart_delay_s
+        self.metrics.worker_restarts.inc()
+        RateLimitedLogger("gateway.supervisor").error(
+            "worker.died",
+            limit_key=f"worker-{slot.index}",
+            worker=slot.index,
+            pid=slot.process.pid,
+            exit=_how(slot.process.exitcode),
+            lived_s=round(lived_s, 1),
+            action=f"restarting in {slot.restart_delay_s:.1f}s; the other workers keep serving",
+        )
+
+    async def _probe_until_known(self) -> None:
+        """The broker was down at start: learn its versions later, then register (the
+        feature gate registers as soon as it knows what the gateway supports)."""
+        upstream = self.config.upstream
+        assert upstream is not None
+        while self.control.features.supported is None and not self.stopping:
+            await asyncio.sleep(5.0)
+            await self.control.probe_upstream(upstream)
+
+    def _spawn_task(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the operator endpoint -----------------------------------------------------------
+    def routes(self) -> dict[str, Route]:
+        return {
+            "/metrics": self._metrics_route,
+            "/connections": self._connections_route,
+            "/healthz": check_route(self.health),
+            "/readyz": check_route(self.readiness),
+        }
+
+    def health(self) -> tuple[bool, str]:
+        ok, why = self.control.health()
+        if ok and self.started and not any(s.ready for s in self.slots):
+            return False, "no worker is serving"
+        return ok, why
+
+    def readiness(self) -> tuple[bool, str]:
+        ready = sum(s.ready and s.alive for s in self.slots)
+        if not self.started:
+            return False, "starting"
+        if self.stopping:
+            return False, "draining"
+        if not self.control.features.compatible:
+            return False, "not accepting connections: incompatible finalized feature levels"
+        if not ready:
+            return False, "no worker is serving"
+        return True, f"ready ({ready}/{len(self.slots)} workers)"
+
+    async def _metrics_route(self) -> tuple[int, str, bytes]:
+        await self._read_worker_metrics()
+        own = {
+            name: family
+            for name, family in parse(generate_latest(self.metrics.registry).decode()).items()
+            if name in OWN_FAMILIES
+        }
+        merged = self.merger.merge([s.last_metrics for s in self.slots] + [own])
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Fixed(merged))
+        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+
+    async def _read_worker_metrics(self) -> None:
+        async def read(slot: Slot) -> None:
+            body = await _get(slot, "/metrics")
+            if body is not None:
+                slot.last_metrics = parse(body.decode())
+
+        await asyncio.gather(*(read(s) for s in self.slots))
+
+    async def _refresh_metrics(self) -> None:
+        while not self.stopping:
+            await asyncio.sleep(REFRESH_S)
+            await self._read_worker_metrics()
+
+    async def _connections_route(self) -> tuple[int, str, bytes]:
+        async def read(slot: Slot) -> list[dict[str, Any]]:
+            body = await _get(slot, "/connections")
+            if body is None:
+                return []
+            entries: list[dict[str, Any]] = json.loads(body)
+            for entry in entries:
+                entry["worker"] = slot.index
+            return entries
+
+        parts = await asyncio.gather(*(read(s) for s in self.slots))
+        every = [entry for part in parts for entry in part]
+        return 200, "application/json", json.dumps(every, indent=1).encode() + b"\n"
+
+
+class _Fixed(Collector):
+    """Hands generate_latest the merged families."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
+async def _get(slot: Slot, path: str, timeout_s: float = 5.0) -> bytes | None:
+    """GET a worker's private endpoint; None when it does not answer (dying, busy)."""
+    if not (slot.ready and slot.alive and slot.http_port):
+        return None
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection("127.0.0.1", slot.http_port)
+            try:
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: worker\r\n\r\n".encode())
+                raw = await reader.read()
+            finally:
+                writer.close()
+    except (OSError, TimeoutError):
+        return None
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return body if head.startswith(b"HTTP/1.1 200") else None
+
+
+def _stop_resource_tracker() -> None:
+    """multiprocessing's spawn starts a resource tracker process. Nothing here uses what
+    it tracks (no shared memory, no semaphores); stop it once the workers are gone, so
+    the gateway leaves no process behind (service managers and tests see the group)."""
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    stop = getattr(tracker, "_stop", None)  # private; absent: the tracker ends on EOF
+    if stop is not None:
+        stop()
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "no exit code"
+    if exitcode < 0:
+        return f"signal {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
+
+
+def run_worker(config: Config, index: int, count: int, parent_pid: int, conn: Connection) -> None:
+    """A worker process's main (the target multiprocessing spawns)."""
+    import structlog
+    import uvloop
+
+    from .features import FeatureStartupError
+
+    configure_logging(config.log_format, config.log_level)
+    RateLimitedLogger.configure(config.log_bad_input_burst, config.log_bad_input_interval_s)
+    # Every line a worker logs says which one it is.
+    structlog.contextvars.bind_contextvars(worker=index)
+
+    def ready(http_port: int | None) -> None:
+        conn.send(("ready", http_port))
+
+    gateway = Gateway(config, worker=WorkerRole(index, count, parent_pid, ready))
+    try:
+        uvloop.run(gateway.serve_forever())
+    except FeatureStartupError as exc:  # ZooKeeper unreachable at this worker's start
+        log.error("worker.start_failed", worker=index, error=str(exc))
+        sys.exit(1)
+    except OSError as exc:
+        log.error("worker.start_failed", worker=index, error=str(exc))
+        sys.exit(1)

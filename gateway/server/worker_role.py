@@ -1,0 +1,27 @@
+"""What a Gateway needs to know when it runs as one worker of a supervised gateway.
+
+Kept apart from ``supervisor`` (which imports ``app``) so ``app`` can depend on it
+without an import circle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRole:
+    index: int
+    count: int
+    # The supervisor's pid: a worker whose parent changed (the supervisor was killed)
+    # stops, rather than serving on unsupervised.
+    parent_pid: int
+    # Called once the worker serves: with the port of its private HTTP endpoint
+    # (127.0.0.1; the supervisor reads /metrics, /connections and /readyz there), or
+    # None when the gateway has no metrics_listen.
+    ready: Callable[[int | None], None]
+
+    def orphaned(self) -> bool:
+        return os.getppid() != self.parent_pid
