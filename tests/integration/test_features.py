@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from kazoo.exceptions import KazooException
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
 
@@ -97,7 +98,9 @@ def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "
     while time.monotonic() < deadline:
         try:
             last = check()
-        except (OSError, ConnectionClosed) as exc:
+        except (OSError, ConnectionClosed, KazooException) as exc:
+            # KazooException: the test's own ZooKeeper session may expire across an
+            # outage the test causes; kazoo starts a new one on the next try.
             last = exc
         else:
             if last:
