@@ -50,6 +50,9 @@ from .http import Route, check_route, serve_http
 from .worker_role import WorkerRole
 
 log = get_logger("gateway.supervisor")
+# One limiter for the module: its windows must outlive each call (a worker in a crash
+# loop would otherwise log every death).
+limited = RateLimitedLogger("gateway.supervisor")
 
 # A worker that dies within this long of its start is restarted after a growing delay
 # (up to MAX_RESTART_DELAY_S), so one that cannot start does not spin the CPU.
@@ -265,7 +268,7 @@ class Supervisor:
             slot.conn = None
         slot.restart_at = now + slot.restart_delay_s
         self.metrics.worker_restarts.inc()
-        RateLimitedLogger("gateway.supervisor").error(
+        limited.error(
             "worker.died",
             limit_key=f"worker-{slot.index}",
             worker=slot.index,
