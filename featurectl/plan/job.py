@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES, has_parquet
 from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot
 from gateway.commands import pasteable
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
@@ -322,18 +323,13 @@ class _Clock:
 
 def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """Run the Spark side: read, transform, collect the small results."""
-    from pyspark.sql import Observation
-
     from featurectl.plan import readers
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
     root = readers.dataset_uri(inputs.metrics)
-    counted = Observation("dataset")
-    samples = readers.read_samples(
-        spark, root, metrics=tx.PLAN_METRICS, observation=counted, parse_labels=False
-    )
-    keyed = tx.key_samples(samples).cache()
+    dataset_samples = readers.read_samples(spark, root, metrics=tx.PLAN_METRICS, parse_labels=False)
+    keyed = tx.key_samples(dataset_samples.frame).cache()
     spans = tx.gateway_spans(keyed).cache()
     span_rows = spans.collect()  # the first action: reads everything, fills the cache
     if not span_rows:
@@ -341,7 +337,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
             f"{inputs.metrics} has no kafka_gateway_* samples the planner reads; "
             "check that the scraped URLs are kafka-gateway /metrics endpoints"
         )
-    total_samples = int(counted.get["samples"])
+    total_samples = dataset_samples.total()
     labels = tx.label_sets(keyed).cache()
     # Gauges and info: a few rows per scrape, cheap to carry with their labels.
     small = tx.labelled(keyed, labels, [m for m in tx.PLAN_METRICS if m != tx.REQUESTS]).cache()
@@ -621,10 +617,11 @@ def _check_local_dataset(root: Path) -> None:
         raise UsageError(
             f"--metrics {root} is not a directory; collect one with 'featurectl collect --out DIR'"
         )
-    if next((root / SCRAPES).glob(f"*/*{PROM_SUFFIX}"), None) is None:
+    if next((root / SCRAPES).glob(f"*/*{PROM_SUFFIX}"), None) is None and not has_parquet(root):
         raise UsageError(
-            f"--metrics {root} holds no scrapes ({SCRAPES}/<round>/*{PROM_SUFFIX}); collect "
-            "some with 'featurectl collect --out DIR'"
+            f"--metrics {root} holds no samples ({SAMPLES}/*/*{PARQUET_SUFFIX}) nor scrapes "
+            f"({SCRAPES}/<round>/*{PROM_SUFFIX}); collect some with "
+            "'featurectl collect --out DIR'"
         )
 
 

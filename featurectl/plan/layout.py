@@ -4,9 +4,13 @@ and ``featurectl plan`` (pure file layout, no Spark, no network).
 ::
 
     DIR/
-      scrapes/<round>/<gateway>.prom   one scrape of one gateway, Prometheus text format
+      samples/date=<day>/*.parquet     the samples, one row each (``columnar``; the default)
+      scrapes/<round>/<gateway>.prom   or: one scrape of one gateway, Prometheus text format
       scrapes/<round>/<gateway>.json   its sidecar: gateway id, url, exact scrape time
       state/<stamp>.json               finalized levels + epoch, registrations (ZooKeeper)
+
+A dataset may hold both formats (an old text dataset that a newer collect appends
+Parquet to); the planner reads the union. ``featurectl convert`` turns text into Parquet.
 
 ``<round>`` is the UTC time the round started (``20250102T030405.678Z``); every sample
 of a round gets that time, so the gateways of a round add up. Files imported from
@@ -124,6 +128,19 @@ class RoundWriter:
         return prom
 
 
+class TextSink:
+    """The text layout as a sink (see ``columnar.SampleSink``): each round written at once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def round(self, round_name: str) -> RoundWriter:
+        return RoundWriter(self.root, round_name)
+
+    def flush(self) -> list[Path]:
+        return []
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -210,6 +227,7 @@ __all__ = [
     "RoundWriter",
     "ScrapeMeta",
     "StateSnapshot",
+    "TextSink",
     "decode_name",
     "encode_name",
     "epoch_ms",

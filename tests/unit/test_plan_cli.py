@@ -167,7 +167,7 @@ def test_a_directory_without_scrapes_is_not_a_dataset(tmp_path) -> None:
     (tmp_path / "metrics" / "scrapes").mkdir(parents=True)
     done = featurectl("plan", "--metrics", str(tmp_path / "metrics"), "--master", "local[1]")
     assert done.returncode == 2
-    assert "holds no scrapes" in done.stderr and "featurectl collect" in done.stderr
+    assert "holds no samples" in done.stderr and "featurectl collect" in done.stderr
 
 
 @pytest.mark.slow
