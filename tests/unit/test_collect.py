@@ -21,12 +21,14 @@ from featurectl.collect import (
     ExportError,
     Target,
     collect_round,
+    duration_arg,
     export_to_exposition,
     import_exports,
     merge_targets,
     read_export,
     scrape,
     targets_from_registry,
+    time_arg,
 )
 from featurectl.plan.columnar import SAMPLES, exposition_samples
 from featurectl.plan.layout import SCRAPES, decode_name, round_time_ms
@@ -322,3 +324,46 @@ def test_cli_imports_exports_without_scraping(tmp_path, monkeypatch) -> None:
         ("i", "m", 1.0)
     ]
     assert cli.main(["collect", "--from-prometheus", str(bad), "--out", str(out)]) == 2
+
+
+# -- --prometheus (the real server is in tests/integration/test_prometheus_collect.py) ------
+
+
+def test_an_unreachable_prometheus_is_a_usage_error(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("KAFKA_GATEWAY_ZOOKEEPER", raising=False)
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli.main(["collect", "--prometheus", url, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot query Prometheus at {url}" in err and "check --prometheus" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--range", "7x"], "expected a duration like 7d"),
+        (["--step", "0s"], "must be > 0"),
+        (["--end", "yesterday"], "expected RFC 3339"),
+    ],
+)
+def test_bad_ranges_are_refused_by_the_parser(tmp_path, capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["collect", "--prometheus", "http://p:9090", "--out", str(tmp_path), *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_step_longer_than_the_range_is_refused(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("KAFKA_GATEWAY_ZOOKEEPER", raising=False)
+    args = ["--prometheus", "http://p:9090", "--range", "1h", "--step", "2h"]
+    assert cli.main(["collect", *args, "--out", str(tmp_path)]) == 2
+    assert "--step 7200s is longer than --range 3600s" in capsys.readouterr().err
+
+
+def test_durations_read_as_prometheus_writes_them() -> None:
+    assert [duration_arg(t) for t in ("7d", "1h30m", "15s", "90", "500ms")] == [
+        604800,
+        5400,
+        15,
+        90,
+        0.5,
+    ]
+    assert time_arg("2025-01-08T00:00:00Z") == time_arg("1736294400") == 1736294400
