@@ -51,6 +51,8 @@ def convert(spark: SparkSession, source: str, out: str) -> int:
 
     from . import readers
 
+    # Milliseconds, as collect writes them (Spark's default is the legacy INT96).
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
     samples = readers.read_samples(spark, source, parse_labels=False)
     frame = samples.frame.withColumn(DATE_PARTITION, F.date_format("ts", "yyyy-MM-dd"))
     # Range partitions: each task writes the files of a contiguous run of gateways, so a
@@ -109,10 +111,7 @@ def run_convert(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     started = time.perf_counter()
-    # Milliseconds, as collect writes them (Spark's default is the legacy INT96).
-    spark = spark_session(
-        args.master, [("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")]
-    )
+    spark = spark_session(args.master)
     try:
         rows = convert(spark, dataset_uri(str(source)), dataset_uri(str(out)))
     finally:

@@ -7,6 +7,7 @@ they are marked slow (``-m "not slow"`` keeps the quick usage checks).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -121,6 +122,26 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(dataset, tmp
     for chart in plan["charts"]:
         assert (out / chart).read_bytes().startswith(PNG_MAGIC)
         assert f"]({chart})" in report
+
+
+@pytest.mark.slow
+def test_a_parquet_dataset_plans_as_the_text_one(dataset, tmp_path) -> None:
+    """collect's Parquet (synth writes through its sink) against the text of the same fleet."""
+    parquet = tmp_path / "parquet"
+    synth.generate(parquet, dataclasses.replace(SPEC, format="parquet"))
+    plans = []
+    for metrics in (dataset, parquet):
+        out = tmp_path / f"plan-{metrics.name}"
+        args = ["--metrics", str(metrics), "--master", "local[1]", "--out", str(out)]
+        done = featurectl("plan", *args, "--target", "transaction.version=2")
+        assert done.returncode == 1, done.stderr[-3000:]
+        plan = json.loads((out / "plan.json").read_text())
+        for key in ("generated_at", "timings_s"):
+            plan.pop(key)
+        plan["dataset"].pop("path")
+        plans.append(plan)
+    assert plans[0]["verdicts"] and plans[0]["clients"]
+    assert plans[1] == plans[0]
 
 
 @pytest.mark.slow
