@@ -3,7 +3,7 @@
 A one-off for datasets collected before Parquet. It runs the planner's own text parser
 (``transforms.split_samples``) with Spark, so a converted dataset plans exactly as the
 text did, and writes ``DIR/samples/date=<day>/`` files whose rows are range-partitioned
-and sorted by gateway and time (see ``columnar``). The state snapshots are copied. The
+and sorted by metric, gateway and time (see ``columnar``). The state snapshots are copied. The
 text dataset is left as it is; ``featurectl plan`` reads either.
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from gateway.commands import pasteable
 
-from .columnar import DATE_PARTITION, SAMPLES
+from .columnar import DATE_PARTITION, SAMPLES, SORT_KEY
 from .layout import PROM_SUFFIX, SCRAPES, STATE
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_USAGE = 2
 # Row groups of a converted file: small enough that min/max statistics skip the
-# gateways a reader does not want (rows are sorted by gateway).
+# metrics and gateways a reader does not want (rows are sorted by them).
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 # A converted file holds at most this many samples (Spark starts another).
 MAX_ROWS_PER_FILE = 20_000_000
@@ -55,11 +55,11 @@ def convert(spark: SparkSession, source: str, out: str) -> int:
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
     samples = readers.read_samples(spark, source, parse_labels=False)
     frame = samples.frame.withColumn(DATE_PARTITION, F.date_format("ts", "yyyy-MM-dd"))
-    # Range partitions: each task writes the files of a contiguous run of gateways, so a
-    # file's (and a row group's) gateway range stays narrow.
+    # Range partitions: each task writes the files of a contiguous run of metrics and
+    # gateways, so a file's (and a row group's) range stays narrow.
     (
-        frame.repartitionByRange(DATE_PARTITION, "gateway_id")
-        .sortWithinPartitions(DATE_PARTITION, "gateway_id", "ts")
+        frame.repartitionByRange(DATE_PARTITION, *SORT_KEY[:2])
+        .sortWithinPartitions(DATE_PARTITION, *SORT_KEY)
         .write.partitionBy(DATE_PARTITION)
         .option("compression", "zstd")
         .option("parquet.block.size", ROW_GROUP_BYTES)

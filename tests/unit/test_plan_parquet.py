@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from featurectl.plan import readers, synth
 from featurectl.plan import transforms as tx
-from featurectl.plan.columnar import SAMPLES
+from featurectl.plan.columnar import SAMPLES, SORT_KEY
 from featurectl.plan.convert import convert
 from tests.unit.test_plan_transforms import spark
 
@@ -56,13 +56,13 @@ def test_the_converter_round_trips_a_text_dataset(spark, datasets, tmp_path) -> 
     # Read back as Parquet only: no scrapes/ beside it.
     assert not (out / "scrapes").exists()
     assert samples(spark, out) == (text_rows, len(text_rows))
-    # Files as the layout says: per day, rows sorted by gateway then time, ms timestamps.
+    # Files as the layout says: per day, rows sorted by metric, gateway, time; ms timestamps.
     (day,) = {p.parent.name for p in (out / SAMPLES).glob("*/*.parquet")}
     assert day == "date=2025-01-06"
     for path in (out / SAMPLES).glob("*/*.parquet"):
         table = pq.read_table(path)
         assert str(table.schema.field("ts").type) == "timestamp[ms, tz=UTC]"
-        keys = list(zip(table["gateway_id"].to_pylist(), table["ts"].to_pylist(), strict=True))
+        keys = list(zip(*(table[c].to_pylist() for c in SORT_KEY), strict=True))
         assert keys == sorted(keys)
 
 
