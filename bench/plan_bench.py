@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.plan_cluster_bench import run_plan
+from plan_cluster_bench import run_plan  # beside this file: sys.path[0]
+
 from featurectl.plan import synth
 from tests.harness.spark import spark_env
 
