@@ -33,6 +33,7 @@ import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +135,8 @@ class PlanInputs:
     zookeeper: str | None = None
     chroot: str = DEFAULT_CHROOT
     out: Path = Path(DEFAULT_OUT)
+    since: datetime | None = None
+    until: datetime | None = None
 
 
 @dataclass
@@ -167,6 +170,17 @@ def target_arg(text: str) -> tuple[str, int]:
             f"expected NAME=LEVEL with LEVEL >= 0 (for example group.version=1), got {text!r}"
         )
     return name.strip(), value
+
+
+def utc_arg(text: str) -> datetime:
+    """argparse type of ``--since``/``--until``: RFC 3339; without a zone, UTC."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected RFC 3339 like 2025-01-06T00:00:00Z, got {text!r}"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def conf_arg(text: str) -> tuple[str, str]:
@@ -214,6 +228,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     )
     parser.add_argument(
         "--catalogue", metavar="FILE", help="feature catalogue TOML [the built-in one]"
+    )
+    parser.add_argument(
+        "--since",
+        type=utc_arg,
+        metavar="TIME",
+        help="only samples at or after this time (RFC 3339, e.g. 2025-01-06T00:00:00Z); "
+        "a Parquet dataset then reads only the days from there [all]",
+    )
+    parser.add_argument(
+        "--until", type=utc_arg, metavar="TIME", help="only samples before this time [all]"
     )
     parser.add_argument(
         "--conf",
@@ -541,8 +565,6 @@ def _ms(value: Any) -> int | None:
 
 def _row(row: Any) -> dict[str, Any]:
     """A Row as plain JSON-able Python: timestamps become epoch milliseconds."""
-    from datetime import datetime
-
     from pyspark.sql import Row
 
     def plain(value: Any) -> Any:
@@ -576,9 +598,13 @@ def run_plan(args: argparse.Namespace) -> int:
             zookeeper=args.zookeeper,
             chroot=args.chroot,
             out=Path(args.out),
+            since=args.since,
+            until=args.until,
         )
         if "://" not in args.metrics:
             _check_local_dataset(Path(args.metrics))
+        if args.since and args.until and args.since >= args.until:
+            raise UsageError(f"--since {args.since} is not before --until {args.until}")
     except (UsageError, CatalogueError) as exc:
         print(f"featurectl plan: {exc}", file=sys.stderr)
         return EXIT_USAGE

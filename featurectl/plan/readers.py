@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -19,7 +20,7 @@ from gateway.features.catalogue import Catalogue, required_level
 from gateway.features.znode import Finalized, Registration
 
 from . import transforms as tx
-from .columnar import PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
+from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
 
 SUPPORT_SCHEMA = "gateway_id string, feature string, min_level int, max_level int"
@@ -101,12 +102,16 @@ def read_samples(
     *,
     metrics: Sequence[str] | None = None,
     parse_labels: bool = True,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> DatasetSamples:
     """The samples of the dataset (``ts``, ``gateway_id``, ``metric``, ``labels``, ``value``).
 
     Text scrapes and Parquet samples alike, their union when a dataset has both.
     ``metrics``: keep only these (text lines of other metrics are dropped before
     splitting; in Parquet the filter reaches the reader, which skips row groups).
+    ``since``/``until``: samples at or after / before these times (UTC); in Parquet the
+    days outside are not even listed (``date`` partitions).
     ``parse_labels=False``: ``label_text`` as written instead of the ``labels`` map (see
     ``transforms.key_samples``).
     """
@@ -128,6 +133,11 @@ def read_samples(
     parquet = read_parquet(spark, root)
     if parquet is not None:
         wanted = parquet if metrics is None else parquet.where(F.col("metric").isin(*metrics))
+        # The day bounds prune partitions; the time bounds below then cut within a day.
+        if since is not None:
+            wanted = wanted.where(F.col(DATE_PARTITION) >= since.strftime("%Y-%m-%d"))
+        if until is not None:
+            wanted = wanted.where(F.col(DATE_PARTITION) <= until.strftime("%Y-%m-%d"))
         parts.append(wanted.select(*tx.SAMPLE_COLUMNS))
     if not parts:
         raise DatasetError(
@@ -135,6 +145,10 @@ def read_samples(
             "run 'featurectl collect --out DIR' first"
         )
     frame = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    if since is not None:
+        frame = frame.where(F.col("ts") >= F.lit(since))
+    if until is not None:
+        frame = frame.where(F.col("ts") < F.lit(until))
     if parse_labels:
         frame = tx.parse_labels(frame)
     return DatasetSamples(frame, text_count, parquet)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,8 +18,9 @@ from pyspark.sql import SparkSession
 
 from featurectl.plan import readers, synth
 from featurectl.plan import transforms as tx
-from featurectl.plan.columnar import SAMPLES, SORT_KEY
+from featurectl.plan.columnar import SAMPLES, SORT_KEY, SampleSink
 from featurectl.plan.convert import convert
+from featurectl.plan.layout import ScrapeMeta
 from tests.unit.test_plan_transforms import spark
 
 __all__ = ["spark"]  # the session fixture, shared with the transforms tests
@@ -73,3 +75,23 @@ def test_a_dataset_with_both_formats_reads_their_union(spark, datasets, tmp_path
     text_rows, _ = samples(spark, datasets["text"])
     rows, total = samples(spark, both)
     assert rows == sorted(text_rows + text_rows) and total == 2 * len(text_rows)
+
+
+def test_a_time_range_reads_only_its_days(spark, tmp_path) -> None:
+    sink = SampleSink(tmp_path)
+    for day in ("20250106", "20250107"):
+        writer = sink.round(f"{day}T235945.000Z")
+        writer.write(ScrapeMeta("gw-a", None, 0), "kafka_gateway_info 1\nm 2\n")
+    sink.flush()
+    since = datetime(2025, 1, 7, tzinfo=UTC)
+    found = readers.read_samples(spark, str(tmp_path), metrics=["m"], since=since)
+    # Spark hands timestamps back as naive local times: compare instants.
+    assert [(r.ts.timestamp(), r.value) for r in found.frame.collect()] == [
+        (datetime(2025, 1, 7, 23, 59, 45, tzinfo=UTC).timestamp(), 2.0)
+    ]
+    # The day before is pruned by its directory, not read and filtered.
+    plan = found.frame._jdf.queryExecution().executedPlan().toString()
+    assert "PartitionFilters: [isnotnull(date" in plan and "2025-01-07" in plan
+    until = datetime(2025, 1, 7, tzinfo=UTC)
+    found = readers.read_samples(spark, str(tmp_path), metrics=["m"], until=until)
+    assert [r.ts.timestamp() < until.timestamp() for r in found.frame.collect()] == [True]
