@@ -44,7 +44,14 @@ from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from featurectl.plan.columnar import SampleSink
-from featurectl.plan.layout import ScrapeMeta, StateSnapshot, TextSink, epoch_ms, stamp
+from featurectl.plan.layout import (
+    ScrapeMeta,
+    StateSnapshot,
+    TextSink,
+    epoch_ms,
+    parse_utc,
+    stamp,
+)
 from featurectl.plan.layout import write_state as write_state_file
 from gateway.commands import pasteable
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
@@ -400,12 +407,11 @@ def time_arg(text: str) -> float:
     except ValueError:
         pass
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_utc(text).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected RFC 3339 (2025-01-08T00:00:00Z) or Unix seconds, got {text!r}"
         ) from None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def prometheus_get(base: str, path: str, params: Mapping[str, str | float], timeout: float) -> Any:

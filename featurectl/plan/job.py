@@ -33,12 +33,12 @@ import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES, has_parquet
-from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot
+from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot, parse_utc
 from gateway.commands import pasteable
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
@@ -175,12 +175,11 @@ def target_arg(text: str) -> tuple[str, int]:
 def utc_arg(text: str) -> datetime:
     """argparse type of ``--since``/``--until``: RFC 3339; without a zone, UTC."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_utc(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected RFC 3339 like 2025-01-06T00:00:00Z, got {text!r}"
         ) from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def conf_arg(text: str) -> tuple[str, str]:

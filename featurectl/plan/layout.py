@@ -79,6 +79,12 @@ def decode_name(stem: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), stem).encode("latin-1").decode()
 
 
+def parse_utc(text: str) -> datetime:
+    """An RFC 3339 time (``2025-01-06T00:00:00Z``); without a zone, UTC. ValueError if not."""
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def round_time_ms(round_name: str) -> int | None:
     """The start of a round from its directory name, None if it is not one of ours."""
     match = _ROUND.match(round_name)
@@ -231,6 +237,7 @@ __all__ = [
     "decode_name",
     "encode_name",
     "epoch_ms",
+    "parse_utc",
     "registration_from_dict",
     "registration_to_dict",
     "round_time_ms",
