@@ -65,11 +65,8 @@ LOCAL_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
     # The planner runs ~75 short Spark jobs, each with freshly generated code: C2, the
     # JIT's optimizing tier, spent more CPU compiling them than it saved (bench/README.md:
-    # 10M samples on local[2], 85 -> 62 CPU s with this and the next setting).
+    # 10M samples on local[2], 85 -> 69 CPU s).
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-    # The cached frames live a few seconds and are scanned a few times: compressing them
-    # cost more than it saved.
-    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 # Settings of the application featurectl starts, on any master (spark-submit included).
 APP_CONF = {
