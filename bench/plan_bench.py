@@ -56,7 +56,9 @@ def tiled(data: Path, spec: synth.SynthSpec, copies: int) -> synth.SynthSummary:
     manifest = data / synth.MANIFEST
     if manifest.exists():
         doc = json.loads(manifest.read_text())
-        if doc.get("tiled") == {"copies": copies, "spec": dataclasses.asdict(spec)}:
+        # Compared as JSON reads it back (tuples become lists).
+        wanted = json.loads(json.dumps({"copies": copies, "spec": dataclasses.asdict(spec)}))
+        if doc.get("tiled") == wanted:
             return synth.SynthSummary(spec, doc["samples"], doc["files"], doc["bytes"], 0.0)
     # Beside the dataset, named as the default dataset of that size: the 10M bench shares it.
     base = data.with_name(f"kafka-gateway-plan-bench-parquet-{TILE_SAMPLES}")
