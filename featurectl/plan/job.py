@@ -63,10 +63,6 @@ LOCAL_CONF = {
     # List the dataset's round directories on the driver: a local listing is quick, a
     # listing job costs a task per directory.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
-    # The planner runs ~75 short Spark jobs, each with freshly generated code: C2, the
-    # JIT's optimizing tier, spent more CPU compiling them than it saved (bench/README.md:
-    # 10M samples on local[2], 85 -> 69 CPU s).
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
 # Settings of the application featurectl starts, on any master (spark-submit included).
 APP_CONF = {
