@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command not in ("brokers", "collect", "plan") and not args.zookeeper:
+    if args.command not in ("brokers", "collect", "convert", "plan") and not args.zookeeper:
         args.parser.error(f"--zookeeper is required (or set {ZOOKEEPER_ENV})")
     try:
         return args.handler(args)

@@ -1,13 +1,16 @@
 """``featurectl collect``: scrape every live gateway's /metrics into a dataset for ``plan``.
 
 Each round finds the live gateways in ZooKeeper (their registrations carry
-``metrics_url``), adds the ``--gateway`` URLs, scrapes them concurrently and writes one
-``.prom`` file plus sidecar per gateway, and a snapshot of the finalized levels and
-registrations, so ``featurectl plan`` can run later without ZooKeeper. The layout is
+``metrics_url``), adds the ``--gateway`` URLs, scrapes them concurrently and buffers the
+samples for the Parquet dataset (``featurectl.plan.columnar``; ``--format text``: one
+``.prom`` file plus sidecar per gateway), and writes a snapshot of the finalized levels
+and registrations, so ``featurectl plan`` can run later without ZooKeeper. The layout is
 described in ``featurectl.plan.layout``.
 
-``--from-prometheus`` imports Prometheus HTTP-API exports instead of (or besides)
-scraping: ``curl '.../api/v1/query_range?query=...&start=...&end=...&step=15s'``
+``--prometheus URL`` pulls the same series from a Prometheus server's HTTP API
+(``pull_prometheus``: one query_range per metric and time window).
+``--from-prometheus`` imports Prometheus HTTP-API exports instead of (or besides) scraping:
+``curl '.../api/v1/query_range?query=...&start=...&end=...&step=15s'``
 answers ``{"status":"success","data":{"resultType":"matrix","result":[...]}}``. Each
 series goes to the file of its gateway, found through ``kafka_gateway_info``'s
 ``gateway_id`` label on the same ``instance`` (else the ``instance`` itself), with the
@@ -20,10 +23,12 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import textwrap
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -33,12 +38,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from featurectl.plan.layout import RoundWriter, ScrapeMeta, StateSnapshot, epoch_ms, stamp
+from featurectl.plan.columnar import SampleSink
+from featurectl.plan.layout import (
+    ScrapeMeta,
+    StateSnapshot,
+    TextSink,
+    epoch_ms,
+    parse_utc,
+    stamp,
+)
 from featurectl.plan.layout import write_state as write_state_file
 from gateway.commands import pasteable
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
@@ -50,6 +63,9 @@ EXIT_NOTHING = 1
 EXIT_USAGE = 2
 
 DEFAULT_INTERVAL_S = 15.0
+# Parquet: scrapes are buffered and written every this many seconds (and at exit); a file
+# per 15 s round would be thousands of tiny files a day, each costing the planner an open.
+DEFAULT_FLUSH_S = 300.0
 # Per-request timeout: a hung gateway must not stall a round past its interval.
 SCRAPE_TIMEOUT_S = 5.0
 # Scrapes run concurrently so one slow gateway costs one timeout, not one per gateway.
@@ -66,7 +82,10 @@ examples:
   # one round (cron), plus a gateway that does not register itself
   featurectl collect --zookeeper zk-0:2181 --gateway http://gw-9:9404/metrics --once --out metrics/
 
-  # no scraping: import Prometheus exports (query_range JSON)
+  # no scraping: a week of the gateways' series from Prometheus, one sample a minute
+  featurectl collect --prometheus http://prometheus:9090 --range 7d --step 1m --out metrics/
+
+  # or import Prometheus exports (query_range JSON)
   curl -sG http://prometheus:9090/api/v1/query_range \\
        --data-urlencode 'query={__name__=~"kafka_gateway_.*"}' \\
        --data-urlencode start=2025-01-01T00:00:00Z --data-urlencode end=2025-01-02T00:00:00Z \\
@@ -76,9 +95,18 @@ examples:
   # then plan offline
   featurectl plan --metrics metrics/ --target group.version=1
 
-exit codes: 0 collected, 1 nothing collected (every gateway unreachable or no input),
-            2 usage or ZooKeeper connection error
+format: Parquet under DIR/samples/ by default (buffered, written every --flush seconds
+        and at exit); --format text writes the old one-file-per-scrape layout, which
+        plan still reads ('featurectl convert' turns it into Parquet).
+
+exit codes: 0 collected, 1 nothing collected (every gateway unreachable, no input, no
+            gateway series in the Prometheus range), 2 usage error, ZooKeeper or
+            Prometheus unreachable, or a query Prometheus refused
 """
+
+
+# Where scrapes go: Parquet (columnar.SampleSink) or the text layout (layout.TextSink).
+Sink = SampleSink | TextSink
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +185,17 @@ def collect_round(
     *,
     now: datetime | None = None,
     timeout: float = SCRAPE_TIMEOUT_S,
+    sink: Sink | None = None,
 ) -> RoundResult:
-    """Scrape ``targets`` concurrently into ``out/scrapes/<round>/``; failures are logged."""
+    """Scrape ``targets`` concurrently into ``sink`` (default: text files under ``out``).
+
+    Failures are logged and listed in the result.
+    """
     started = now or datetime.now(UTC)
     result = RoundResult(stamp(started))
     if not targets:
         return result
-    writer = RoundWriter(out, result.round_name)
+    writer = (sink or TextSink(out)).round(result.round_name)
 
     def one(target: Target) -> tuple[Target, str | None, str | None, int]:
         try:
@@ -259,13 +291,25 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def export_to_exposition(series: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Per gateway id, exposition lines ``name{labels} value timestamp_ms`` (grouped by name)."""
-    gateway_of_instance: dict[str, str] = {}
+def gateways_of_instances(series: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``instance`` → ``gateway_id``, from the ``kafka_gateway_info`` series among ``series``."""
+    found: dict[str, str] = {}
     for s in series:
         labels = s["metric"]
         if labels.get("__name__") == INFO_METRIC and labels.get("gateway_id"):
-            gateway_of_instance[labels.get("instance", "")] = labels["gateway_id"]
+            found[labels.get("instance", "")] = labels["gateway_id"]
+    return found
+
+
+def export_to_exposition(
+    series: Sequence[Mapping[str, Any]], gateway_of_instance: Mapping[str, str] | None = None
+) -> dict[str, list[str]]:
+    """Per gateway id, exposition lines ``name{labels} value timestamp_ms`` (grouped by name).
+
+    ``gateway_of_instance``: what earlier answers said (a page of one metric does not
+    hold the info series); the info series in ``series`` are used as well.
+    """
+    gateway_of_instance = {**(gateway_of_instance or {}), **gateways_of_instances(series)}
 
     by_gateway: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for s in series:
@@ -288,18 +332,155 @@ def export_to_exposition(series: Sequence[Mapping[str, Any]]) -> dict[str, list[
     }
 
 
-def import_exports(out: Path, paths: Sequence[Path], now: datetime | None = None) -> list[Path]:
-    """Write each export into its own ``<stamp>-prometheus-<n>`` directory."""
+def import_exports(
+    out: Path, paths: Sequence[Path], now: datetime | None = None, sink: Sink | None = None
+) -> list[Path]:
+    """Write each export as its own ``<stamp>-prometheus-<n>`` round of ``sink``."""
     now = now or datetime.now(UTC)
+    sink = sink or TextSink(out)
     written: list[Path] = []
     for index, path in enumerate(paths, start=1):
         per_gateway = export_to_exposition(read_export(path))
-        writer = RoundWriter(out, f"{stamp(now)}-prometheus-{index}")
-        for gateway_id, lines in sorted(per_gateway.items()):
-            meta = ScrapeMeta(gateway_id, f"file:{path}", epoch_ms(now), "prometheus")
-            written.append(writer.write(meta, "\n".join(lines) + "\n"))
-        log.info("imported %d series from %s", len(per_gateway), path)
+        written += _write_series(
+            sink, f"{stamp(now)}-prometheus-{index}", per_gateway, f"file:{path}"
+        )
+        log.info("imported the series of %d gateway(s) from %s", len(per_gateway), path)
     return written
+
+
+def _write_series(
+    sink: Sink,
+    round_name: str,
+    per_gateway: Mapping[str, Sequence[str]],
+    url: str,
+    now: datetime | None = None,
+) -> list[Path]:
+    writer = sink.round(round_name)
+    now_ms = epoch_ms(now or datetime.now(UTC))
+    return [
+        writer.write(ScrapeMeta(gateway_id, url, now_ms, "prometheus"), "\n".join(lines) + "\n")
+        for gateway_id, lines in sorted(per_gateway.items())
+    ]
+
+
+# -- Prometheus HTTP API (query_range, paged in time) -------------------------------------
+
+# Prometheus refuses a range query of more points per series than this ("exceeded
+# maximum resolution of 11,000 points per timeseries").
+MAX_POINTS_PER_SERIES = 11_000
+# What one answer should carry at most (series x points): ~25 bytes of JSON a point, so
+# about 12 MB. The first page of a metric is small and measures its series count; the
+# next pages are sized from it.
+TARGET_POINTS_PER_ANSWER = 500_000
+FIRST_PAGE_POINTS = 60
+# The series the text collector gets from a gateway's /metrics.
+GATEWAY_SERIES = '{__name__=~"kafka_gateway_.*"}'
+PROMETHEUS_TIMEOUT_S = 60.0
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+class PrometheusError(Exception):
+    """Prometheus cannot be reached or refused a query; the message says which and why."""
+
+
+def duration_arg(text: str) -> float:
+    """argparse type of a Prometheus duration (``7d``, ``1h30m``, ``15s``) or seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pieces = _DURATION.findall(text)
+        if not pieces or "".join(n + u for n, u in pieces) != text:
+            raise argparse.ArgumentTypeError(
+                f"expected a duration like 7d, 1h30m, 15s (or seconds), got {text!r}"
+            ) from None
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in pieces)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return seconds
+
+
+def time_arg(text: str) -> float:
+    """argparse type of ``--end``: RFC 3339 (``2025-01-08T00:00:00Z``) or Unix seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return parse_utc(text).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected RFC 3339 (2025-01-08T00:00:00Z) or Unix seconds, got {text!r}"
+        ) from None
+
+
+def prometheus_get(base: str, path: str, params: Mapping[str, str | float], timeout: float) -> Any:
+    """``data`` of ``GET <base>/api/v1/<path>``; PrometheusError says what went wrong."""
+    url = f"{base.rstrip('/')}/api/v1/{path}?" + urlencode({k: str(v) for k, v in params.items()})
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        # Prometheus explains a refused query in the JSON body of a 4xx/5xx answer.
+        try:
+            detail = json.loads(exc.read() or b"{}").get("error") or exc.reason
+        except ValueError:
+            detail = exc.reason
+        raise PrometheusError(f"{base} refused {path}: HTTP {exc.code}: {detail}") from None
+    except (OSError, ValueError) as exc:  # refused, timeouts, DNS, not JSON
+        raise PrometheusError(
+            f"cannot query Prometheus at {base} ({_describe(exc)}); check --prometheus"
+        ) from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        raise PrometheusError(f"{base} answered {path} with {str(body)[:200]!r}")
+    return body["data"]
+
+
+def pull_prometheus(
+    base: str,
+    start: float,
+    end: float,
+    step: float,
+    sink: Sink,
+    *,
+    timeout: float = PROMETHEUS_TIMEOUT_S,
+    now: datetime | None = None,
+) -> int:
+    """Pull every gateway series of ``start..end`` at ``step`` into ``sink``; samples written.
+
+    One query per metric name and time window: the info series first (they map a
+    Prometheus ``instance`` to its ``gateway_id``), then the others, each in windows
+    sized so an answer stays near ``TARGET_POINTS_PER_ANSWER`` points and never over
+    ``MAX_POINTS_PER_SERIES`` per series.
+    """
+    now = now or datetime.now(UTC)
+    span = {"start": start, "end": end}
+    names = sorted(
+        prometheus_get(base, "label/__name__/values", {"match[]": GATEWAY_SERIES, **span}, timeout)
+    )
+    names.sort(key=lambda name: name != INFO_METRIC)
+    gateway_of_instance: dict[str, str] = {}
+    samples = rounds = 0
+    for name in names:
+        points = FIRST_PAGE_POINTS
+        first = start
+        while first <= end:
+            # ``points`` evaluation times: first, first + step, ..., last.
+            last = min(end, first + (points - 1) * step)
+            params = {"query": f'{{__name__="{name}"}}', "start": first, "end": last, "step": step}
+            series = prometheus_get(base, "query_range", params, timeout)["result"]
+            gateway_of_instance.update(gateways_of_instances(series))
+            per_gateway = export_to_exposition(series, gateway_of_instance)
+            if per_gateway:
+                rounds += 1
+                _write_series(sink, f"{stamp(now)}-prometheus-{rounds}", per_gateway, base, now)
+                samples += sum(len(lines) for lines in per_gateway.values())
+            # Size the next window from this answer's series count.
+            fits = TARGET_POINTS_PER_ANSWER // max(1, len(series))
+            points = max(1, min(MAX_POINTS_PER_SERIES, fits))
+            first = last + step
+        log.info("pulled %s", name)
+    return samples
 
 
 # -- ZooKeeper ------------------------------------------------------------------------------
@@ -347,10 +528,11 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
         help="scrape every live gateway's /metrics into a dataset for 'featurectl plan'",
         description=textwrap.fill(
             "Find the live gateways in ZooKeeper (plus --gateway URLs), scrape their "
-            "Prometheus /metrics every --interval seconds into DIR/scrapes/<round>/, and "
+            "Prometheus /metrics every --interval seconds into a Parquet dataset in DIR, and "
             "snapshot the finalized levels and registrations into DIR/state/ so 'featurectl "
-            "plan' can run offline. --from-prometheus imports Prometheus query_range exports "
-            "instead.",
+            "plan' can run offline. --prometheus pulls the same series from a Prometheus "
+            "server instead (query_range, paged in time); --from-prometheus imports "
+            "query_range exports.",
             width=88,
             break_on_hyphens=False,
         ),
@@ -381,6 +563,45 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
         type=Path,
         metavar="FILE",
         help="import a Prometheus /api/v1/query_range JSON export (repeatable)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="pull the gateways' series from this Prometheus (/api/v1/query_range) instead",
+    )
+    parser.add_argument(
+        "--range",
+        type=duration_arg,
+        default=duration_arg("7d"),
+        metavar="DURATION",
+        help="with --prometheus: how far back from --end, e.g. 7d, 12h [7d]",
+    )
+    parser.add_argument(
+        "--step",
+        type=duration_arg,
+        default=duration_arg("1m"),
+        metavar="DURATION",
+        help="with --prometheus: time between samples, e.g. 1m, 15s [1m]",
+    )
+    parser.add_argument(
+        "--end",
+        type=time_arg,
+        metavar="TIME",
+        help="with --prometheus: end of the range, RFC 3339 or Unix seconds [now]",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("parquet", "text"),
+        default="parquet",
+        help="parquet: DIR/samples/ (what plan reads fastest); text: DIR/scrapes/, one "
+        "Prometheus text file per scrape (the old layout) [parquet]",
+    )
+    parser.add_argument(
+        "--flush",
+        type=_positive_float,
+        default=DEFAULT_FLUSH_S,
+        metavar="S",
+        help=f"parquet: write buffered scrapes to a file every S seconds [{DEFAULT_FLUSH_S:g}]",
     )
     parser.add_argument(
         "--interval",
@@ -417,10 +638,10 @@ def _positive_float(text: str) -> float:
 
 def run_collect(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="featurectl collect: %(message)s")
-    if not (args.zookeeper or args.gateway or args.from_prometheus):
+    if not (args.zookeeper or args.gateway or args.from_prometheus or args.prometheus):
         print(
             "featurectl collect: nothing to collect from; give --zookeeper CONNECT, "
-            "--gateway URL or --from-prometheus FILE (see --help)",
+            "--gateway URL, --prometheus URL or --from-prometheus FILE (see --help)",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -428,12 +649,17 @@ def run_collect(args: argparse.Namespace) -> int:
         print("featurectl collect: --rounds must be >= 1", file=sys.stderr)
         return EXIT_USAGE
     out = Path(args.out)
+    sink: Sink = SampleSink(out) if args.format == "parquet" else TextSink(out)
     total = 0
     try:
-        total += len(import_exports(out, args.from_prometheus))
-    except ExportError as exc:
+        total += len(import_exports(out, args.from_prometheus, sink=sink))
+        if args.prometheus:
+            total += _pull(args, sink)
+    except (ExportError, PrometheusError) as exc:
         print(f"featurectl collect: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        sink.flush()
     if not (args.zookeeper or args.gateway):
         return _finish(out, total, rounds=0)
 
@@ -452,23 +678,52 @@ def run_collect(args: argparse.Namespace) -> int:
     stop = _stop_event()
     done = 0
     registered: list[Target] = []
+    flushed = time.monotonic()
     try:
         while True:
-            written, registered = _one_round(out, registry, args, registered)
+            written, registered = _one_round(out, registry, args, registered, sink)
             total += written
             done += 1
             if rounds is not None and done >= rounds:
                 break
+            if time.monotonic() - flushed >= args.flush:
+                sink.flush()
+                flushed = time.monotonic()
             if stop.wait(args.interval):
                 break
     finally:
+        # Also on Ctrl-C/SIGTERM (the loop ends after its round): nothing buffered is lost.
+        sink.flush()
         if registry is not None:
             registry.close()
     return _finish(out, total, rounds=done)
 
 
+def _pull(args: argparse.Namespace, sink: Sink) -> int:
+    """``--prometheus``: the samples of ``--range`` before ``--end`` at ``--step``."""
+    end = args.end if args.end is not None else time.time()
+    start = end - args.range
+    if args.step > args.range:
+        raise PrometheusError(f"--step {args.step:g}s is longer than --range {args.range:g}s")
+    samples = pull_prometheus(args.prometheus, start, end, args.step, sink, timeout=args.timeout)
+    if samples == 0:
+        log.warning(
+            "%s has no kafka_gateway_* series between %s and %s",
+            args.prometheus,
+            datetime.fromtimestamp(start, UTC).isoformat(),
+            datetime.fromtimestamp(end, UTC).isoformat(),
+        )
+    else:
+        log.info("pulled %d samples from %s", samples, args.prometheus)
+    return samples
+
+
 def _one_round(
-    out: Path, registry: Registry | None, args: argparse.Namespace, known: list[Target]
+    out: Path,
+    registry: Registry | None,
+    args: argparse.Namespace,
+    known: list[Target],
+    sink: Sink,
 ) -> tuple[int, list[Target]]:
     """One round; returns the files written and the registered targets it used.
 
@@ -498,7 +753,9 @@ def _one_round(
                 )
             if not snapshot.registrations:
                 log.warning("no live gateway is registered under %s", registry.chroot)
-    result = collect_round(out, merge_targets(registered, args.gateway), timeout=args.timeout)
+    result = collect_round(
+        out, merge_targets(registered, args.gateway), timeout=args.timeout, sink=sink
+    )
     log.info(
         "round %s: %d scraped, %d unreachable",
         result.round_name,
@@ -530,7 +787,7 @@ def _finish(out: Path, total: int, rounds: int) -> int:
             file=sys.stderr,
         )
         return EXIT_NOTHING
-    print(f"featurectl collect: {total} file(s) in {out}; next: featurectl plan --metrics {out}")
+    print(f"featurectl collect: collected into {out}; next: featurectl plan --metrics {out}")
     return EXIT_OK
 
 

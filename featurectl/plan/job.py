@@ -33,10 +33,12 @@ import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot
+from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES, has_parquet
+from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot, parse_utc
 from gateway.commands import pasteable
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
@@ -126,6 +128,8 @@ class PlanInputs:
     zookeeper: str | None = None
     chroot: str = DEFAULT_CHROOT
     out: Path = Path(DEFAULT_OUT)
+    since: datetime | None = None
+    until: datetime | None = None
 
 
 @dataclass
@@ -159,6 +163,16 @@ def target_arg(text: str) -> tuple[str, int]:
             f"expected NAME=LEVEL with LEVEL >= 0 (for example group.version=1), got {text!r}"
         )
     return name.strip(), value
+
+
+def utc_arg(text: str) -> datetime:
+    """argparse type of ``--since``/``--until``: RFC 3339; without a zone, UTC."""
+    try:
+        return parse_utc(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected RFC 3339 like 2025-01-06T00:00:00Z, got {text!r}"
+        ) from None
 
 
 def conf_arg(text: str) -> tuple[str, str]:
@@ -206,6 +220,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     )
     parser.add_argument(
         "--catalogue", metavar="FILE", help="feature catalogue TOML [the built-in one]"
+    )
+    parser.add_argument(
+        "--since",
+        type=utc_arg,
+        metavar="TIME",
+        help="only samples at or after this time (RFC 3339, e.g. 2025-01-06T00:00:00Z); "
+        "a Parquet dataset then reads only the days from there [all]",
+    )
+    parser.add_argument(
+        "--until", type=utc_arg, metavar="TIME", help="only samples before this time [all]"
     )
     parser.add_argument(
         "--conf",
@@ -322,18 +346,13 @@ class _Clock:
 
 def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """Run the Spark side: read, transform, collect the small results."""
-    from pyspark.sql import Observation
-
     from featurectl.plan import readers
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
     root = readers.dataset_uri(inputs.metrics)
-    counted = Observation("dataset")
-    samples = readers.read_samples(
-        spark, root, metrics=tx.PLAN_METRICS, observation=counted, parse_labels=False
-    )
-    keyed = tx.key_samples(samples).cache()
+    dataset_samples = readers.read_samples(spark, root, metrics=tx.PLAN_METRICS, parse_labels=False)
+    keyed = tx.key_samples(dataset_samples.frame).cache()
     spans = tx.gateway_spans(keyed).cache()
     span_rows = spans.collect()  # the first action: reads everything, fills the cache
     if not span_rows:
@@ -341,7 +360,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
             f"{inputs.metrics} has no kafka_gateway_* samples the planner reads; "
             "check that the scraped URLs are kafka-gateway /metrics endpoints"
         )
-    total_samples = int(counted.get["samples"])
+    total_samples = dataset_samples.total()
     labels = tx.label_sets(keyed).cache()
     # Gauges and info: a few rows per scrape, cheap to carry with their labels.
     small = tx.labelled(keyed, labels, [m for m in tx.PLAN_METRICS if m != tx.REQUESTS]).cache()
@@ -538,8 +557,6 @@ def _ms(value: Any) -> int | None:
 
 def _row(row: Any) -> dict[str, Any]:
     """A Row as plain JSON-able Python: timestamps become epoch milliseconds."""
-    from datetime import datetime
-
     from pyspark.sql import Row
 
     def plain(value: Any) -> Any:
@@ -573,9 +590,13 @@ def run_plan(args: argparse.Namespace) -> int:
             zookeeper=args.zookeeper,
             chroot=args.chroot,
             out=Path(args.out),
+            since=args.since,
+            until=args.until,
         )
         if "://" not in args.metrics:
             _check_local_dataset(Path(args.metrics))
+        if args.since and args.until and args.since >= args.until:
+            raise UsageError(f"--since {args.since} is not before --until {args.until}")
     except (UsageError, CatalogueError) as exc:
         print(f"featurectl plan: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -621,10 +642,11 @@ def _check_local_dataset(root: Path) -> None:
         raise UsageError(
             f"--metrics {root} is not a directory; collect one with 'featurectl collect --out DIR'"
         )
-    if next((root / SCRAPES).glob(f"*/*{PROM_SUFFIX}"), None) is None:
+    if next((root / SCRAPES).glob(f"*/*{PROM_SUFFIX}"), None) is None and not has_parquet(root):
         raise UsageError(
-            f"--metrics {root} holds no scrapes ({SCRAPES}/<round>/*{PROM_SUFFIX}); collect "
-            "some with 'featurectl collect --out DIR'"
+            f"--metrics {root} holds no samples ({SAMPLES}/*/*{PARQUET_SUFFIX}) nor scrapes "
+            f"({SCRAPES}/<round>/*{PROM_SUFFIX}); collect some with "
+            "'featurectl collect --out DIR'"
         )
 
 

@@ -4,9 +4,13 @@ and ``featurectl plan`` (pure file layout, no Spark, no network).
 ::
 
     DIR/
-      scrapes/<round>/<gateway>.prom   one scrape of one gateway, Prometheus text format
+      samples/date=<day>/*.parquet     the samples, one row each (``columnar``; the default)
+      scrapes/<round>/<gateway>.prom   or: one scrape of one gateway, Prometheus text format
       scrapes/<round>/<gateway>.json   its sidecar: gateway id, url, exact scrape time
       state/<stamp>.json               finalized levels + epoch, registrations (ZooKeeper)
+
+A dataset may hold both formats (an old text dataset that a newer collect appends
+Parquet to); the planner reads the union. ``featurectl convert`` turns text into Parquet.
 
 ``<round>`` is the UTC time the round started (``20250102T030405.678Z``); every sample
 of a round gets that time, so the gateways of a round add up. Files imported from
@@ -75,6 +79,12 @@ def decode_name(stem: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), stem).encode("latin-1").decode()
 
 
+def parse_utc(text: str) -> datetime:
+    """An RFC 3339 time (``2025-01-06T00:00:00Z``); without a zone, UTC. ValueError if not."""
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def round_time_ms(round_name: str) -> int | None:
     """The start of a round from its directory name, None if it is not one of ours."""
     match = _ROUND.match(round_name)
@@ -122,6 +132,19 @@ class RoundWriter:
         _write_atomic(self.directory / f"{name}{SIDECAR_SUFFIX}", meta.to_json() + "\n")
         self.written.append(prom)
         return prom
+
+
+class TextSink:
+    """The text layout as a sink (see ``columnar.SampleSink``): each round written at once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def round(self, round_name: str) -> RoundWriter:
+        return RoundWriter(self.root, round_name)
+
+    def flush(self) -> list[Path]:
+        return []
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -210,9 +233,11 @@ __all__ = [
     "RoundWriter",
     "ScrapeMeta",
     "StateSnapshot",
+    "TextSink",
     "decode_name",
     "encode_name",
     "epoch_ms",
+    "parse_utc",
     "registration_from_dict",
     "registration_to_dict",
     "round_time_ms",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -18,6 +20,7 @@ from gateway.features.catalogue import Catalogue, required_level
 from gateway.features.znode import Finalized, Registration
 
 from . import transforms as tx
+from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
 
 SUPPORT_SCHEMA = "gateway_id string, feature string, min_level int, max_level int"
@@ -76,33 +79,111 @@ def scrapes_frame(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
     return spark.createDataFrame(rows, "source string, gateway_id string, scrape_time_ms long")
 
 
+@dataclass
+class DatasetSamples:
+    """The samples of a dataset, whatever its format, and how many the dataset holds."""
+
+    frame: DataFrame
+    text_count: Observation | None = None
+    parquet: DataFrame | None = None
+
+    def total(self) -> int:
+        """Sample lines plus Parquet rows of the whole dataset (after ``frame`` ran once).
+
+        Parquet rows are counted from the files' row-group metadata: no column is read.
+        """
+        total = 0 if self.text_count is None else int(self.text_count.get["samples"])
+        return total + (0 if self.parquet is None else self.parquet.count())
+
+
 def read_samples(
     spark: SparkSession,
     root: str,
     *,
     metrics: Sequence[str] | None = None,
-    observation: Observation | None = None,
     parse_labels: bool = True,
-) -> DataFrame:
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> DatasetSamples:
     """The samples of the dataset (``ts``, ``gateway_id``, ``metric``, ``labels``, ``value``).
 
-    ``metrics``: keep only these (lines of other metrics are dropped before splitting).
-    ``observation``: gets ``samples``, the number of sample lines in the whole dataset,
-    once the first action has run. ``parse_labels=False``: ``label_text`` as written
-    instead of the ``labels`` map (see ``transforms.key_samples``).
+    Text scrapes and Parquet samples alike, their union when a dataset has both.
+    ``metrics``: keep only these (text lines of other metrics are dropped before
+    splitting; in Parquet the filter reaches the reader, which skips row groups).
+    ``since``/``until``: samples at or after / before these times (UTC); in Parquet the
+    days outside are not even listed (``date`` partitions).
+    ``parse_labels=False``: ``label_text`` as written instead of the ``labels`` map (see
+    ``transforms.key_samples``).
     """
-    lines = read_lines(spark, root)
-    if observation is not None:
+    parts: list[DataFrame] = []
+    text_count = None
+    lines = _text_lines(spark, root)
+    if lines is not None:
+        text_count = Observation("text samples")
         lines = lines.observe(
-            observation, F.count_if(tx.is_sample_line(F.col("line"))).alias("samples")
+            text_count, F.count_if(tx.is_sample_line(F.col("line"))).alias("samples")
         )
-    if metrics is not None:
-        lines = lines.where(tx.starts_with_metric(F.col("line"), metrics))
-    split = tx.split_samples(lines)
-    if metrics is not None:
-        split = split.where(F.col("metric").isin(*metrics))
-    scrapes = scrapes_frame(spark, lines.inputFiles())
-    return tx.attach_scrapes(tx.parse_labels(split) if parse_labels else split, scrapes)
+        if metrics is not None:
+            lines = lines.where(tx.starts_with_metric(F.col("line"), metrics))
+        split = tx.split_samples(lines)
+        if metrics is not None:
+            split = split.where(F.col("metric").isin(*metrics))
+        scrapes = scrapes_frame(spark, lines.inputFiles())
+        parts.append(tx.attach_scrapes(split, scrapes))
+    parquet = read_parquet(spark, root)
+    if parquet is not None:
+        wanted = parquet if metrics is None else parquet.where(F.col("metric").isin(*metrics))
+        # The day bounds prune partitions; the time bounds below then cut within a day.
+        if since is not None:
+            wanted = wanted.where(F.col(DATE_PARTITION) >= since.strftime("%Y-%m-%d"))
+        if until is not None:
+            wanted = wanted.where(F.col(DATE_PARTITION) <= until.strftime("%Y-%m-%d"))
+        parts.append(wanted.select(*tx.SAMPLE_COLUMNS))
+    if not parts:
+        raise DatasetError(
+            f"no samples under {root} (neither {SAMPLES}/ nor {SCRAPES}/); "
+            "run 'featurectl collect --out DIR' first"
+        )
+    frame = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    if since is not None:
+        frame = frame.where(F.col("ts") >= F.lit(since))
+    if until is not None:
+        frame = frame.where(F.col("ts") < F.lit(until))
+    if parse_labels:
+        frame = tx.parse_labels(frame)
+    return DatasetSamples(frame, text_count, parquet)
+
+
+def _text_lines(spark: SparkSession, root: str) -> DataFrame | None:
+    if not _may_hold(root, SCRAPES, f"*/*{PROM_SUFFIX}"):
+        return None
+    try:
+        return read_lines(spark, root)
+    except DatasetError:
+        return None
+
+
+def read_parquet(spark: SparkSession, root: str) -> DataFrame | None:
+    """The Parquet samples of the dataset (with the ``date`` partition), None if none.
+
+    The schema is given, not inferred: Spark then opens no footer to plan the read, and
+    ``date`` stays a string.
+    """
+    if not _may_hold(root, SAMPLES, f"*/*{PARQUET_SUFFIX}"):
+        return None
+    try:
+        return spark.read.schema(SPARK_SCHEMA).parquet(f"{root}/{SAMPLES}")
+    except Exception:  # AnalysisException: PATH_NOT_FOUND on a remote file system
+        return None
+
+
+def _may_hold(root: str, directory: str, pattern: str) -> bool:
+    """Whether local ``root/directory`` has files matching ``pattern``; True for a URI
+    (Spark finds out: a missing directory fails the read, and that part is left out)."""
+    if "://" in root and not root.startswith("file:"):
+        return True
+    local = Path(root.removeprefix("file://"))
+    return next((local / directory).glob(pattern), None) is not None
 
 
 def read_latest_state(spark: SparkSession, root: str) -> StateSnapshot | None:
@@ -170,6 +251,7 @@ def lookup_frame(
 
 __all__ = [
     "DatasetError",
+    "DatasetSamples",
     "catalogue_frame",
     "dataset_uri",
     "finalized_frame",
@@ -178,6 +260,7 @@ __all__ = [
     "lookup_frame",
     "read_latest_state",
     "read_lines",
+    "read_parquet",
     "read_samples",
     "scrapes_frame",
     "support_frame",

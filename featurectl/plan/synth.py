@@ -33,7 +33,8 @@ from gateway.features.catalogue import load_catalogue
 from gateway.features.znode import Finalized, Registration
 from gateway.protocol._apis import api_spec
 
-from .layout import RoundWriter, ScrapeMeta, StateSnapshot, epoch_ms, stamp, write_state
+from .columnar import SampleSink
+from .layout import ScrapeMeta, StateSnapshot, TextSink, epoch_ms, stamp, write_state
 
 MANIFEST = "synth.json"
 START = datetime(2025, 1, 6, tzinfo=UTC)
@@ -143,6 +144,8 @@ class SynthSpec:
     restart_at: float = 0.6
     seed: int = 7
     start: str = START.isoformat()
+    # "text" (one .prom file per scrape) or "parquet" (what featurectl collect writes).
+    format: str = "text"
     clients: tuple[str, ...] = field(default_factory=lambda: tuple(_client_id(c) for c in CLIENTS))
 
 
@@ -173,10 +176,11 @@ def samples_per_round(spec: SynthSpec, probes: int = 21) -> float:
     return total / probes
 
 
-def spec_for_samples(samples: int, gateways: int = 24) -> SynthSpec:
+def spec_for_samples(samples: int, gateways: int = 24, format: str = "text") -> SynthSpec:
     """A spec whose dataset holds at least ``samples`` samples (2 % margin)."""
     per_round = samples_per_round(SynthSpec(gateways=gateways))
-    return SynthSpec(gateways=gateways, scrapes=max(2, math.ceil(samples * 1.02 / per_round)))
+    scrapes = max(2, math.ceil(samples * 1.02 / per_round))
+    return SynthSpec(gateways=gateways, scrapes=scrapes, format=format)
 
 
 def _gateway_id(index: int) -> str:
@@ -359,10 +363,11 @@ def generate(out: Path, spec: SynthSpec, *, progress: bool = False) -> SynthSumm
     start = datetime.fromisoformat(spec.start)
     samples = files = size = 0
     restart_scrape = int(spec.scrapes * spec.restart_at)
+    sink = SampleSink(out) if spec.format == "parquet" else TextSink(out)
     for n in range(spec.scrapes):
         when = start + timedelta(seconds=n * spec.interval_s)
         fraction = n / max(1, spec.scrapes - 1)
-        writer = RoundWriter(out, stamp(when))
+        writer = sink.round(stamp(when))
         for gw in gateways:
             if gw.index == spec.restart_gateway and n == restart_scrape:
                 gw.restart()
@@ -376,6 +381,9 @@ def generate(out: Path, spec: SynthSpec, *, progress: bool = False) -> SynthSumm
             size += len(text)
         if progress and n % max(1, spec.scrapes // 10) == 0:
             print(f"  scrape {n + 1}/{spec.scrapes}: {samples:,} samples", file=sys.stderr)
+    sink.flush()
+    if isinstance(sink, SampleSink):
+        files, size = len(sink.written), sum(p.stat().st_size for p in sink.written)
     end = start + timedelta(seconds=(spec.scrapes - 1) * spec.interval_s)
     write_state(
         out,
@@ -417,8 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         "--samples", type=int, default=1_000_000, help="about this many samples [1000000]"
     )
     parser.add_argument("--gateways", type=int, default=24, help="gateways in the fleet [24]")
+    parser.add_argument(
+        "--format", choices=("text", "parquet"), default="text", help="dataset format [text]"
+    )
     args = parser.parse_args(argv)
-    spec = spec_for_samples(args.samples, args.gateways)
+    spec = spec_for_samples(args.samples, args.gateways, args.format)
     summary = generate(args.out, spec, progress=True)
     print(
         f"{summary.samples:,} samples in {summary.files:,} files "

@@ -66,6 +66,8 @@ PLAN_LABELS = (
     "upstream",
 )
 _INT_LABELS = ("api_key", "api_version")
+# A sample as both formats give it (text after ``attach_scrapes``, Parquet as stored).
+SAMPLE_COLUMNS = ("ts", "gateway_id", "metric", "label_text", "value")
 CLIENT = ("client_software_name", "client_software_version")
 
 # A label pair ``name="value"`` where the value may hold \\, \" and \n escapes.

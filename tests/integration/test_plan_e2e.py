@@ -21,10 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.dataset
 import pytest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from featurectl.plan.columnar import SAMPLES
 from featurectl.plan.layout import SCRAPES, STATE
 from gateway.features.store import FeatureStore
 from gateway.features.znode import Registration
@@ -127,7 +129,8 @@ def test_collect_then_plan_with_real_gateways_and_clients(
     collect = start_collect(zookeeper, metrics, "--interval", "1")
     try:
         # Traffic after the first round, so the counters grow inside the window.
-        wait_for(lambda: list((metrics / SCRAPES).glob("*/*.prom")), what="the first scrape")
+        # The Parquet writer buffers; a round's state snapshot says the round ran.
+        wait_for(lambda: list((metrics / STATE).glob("*.json")), what="the first round")
         client = ConfluentDriver()
         client.create_topic(a.bootstrap, unique_topic)
         client.produce(a.bootstrap, unique_topic, [b"a", b"b", b"c", b"d"], acks="all")
@@ -144,7 +147,10 @@ def test_collect_then_plan_with_real_gateways_and_clients(
             collect.wait()
     assert collect.returncode == 0, err
     rounds = len(list((metrics / STATE).glob("*.json")))
-    assert len(list((metrics / SCRAPES).glob("*/*.prom"))) == 2 * rounds
+    # Written at SIGTERM: one scrape per gateway and round, each at its round's time.
+    samples = pyarrow.dataset.dataset(metrics / SAMPLES, partitioning="hive").to_table()
+    scrapes = set(zip(samples["gateway_id"].to_pylist(), samples["ts"].to_pylist(), strict=True))
+    assert len(scrapes) == 2 * rounds
 
     catalogue = tmp_path / "gw-a.toml"
     plan_dir = tmp_path / "plan"
@@ -237,7 +243,10 @@ def test_collect_keeps_scraping_the_known_gateways_while_zookeeper_is_down(
             )
         )
         metrics = tmp_path / "metrics"
-        collect = start_collect(zookeeper, metrics, "--interval", "0.5", "--timeout", "2")
+        # Text: each round's files appear at once (Parquet buffers), which this test counts.
+        collect = start_collect(
+            zookeeper, metrics, "--interval", "0.5", "--timeout", "2", "--format", "text"
+        )
         try:
             wait_for(lambda: list((metrics / STATE).glob("*.json")), what="a first round")
             zookeeper.stop()

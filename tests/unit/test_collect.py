@@ -21,12 +21,16 @@ from featurectl.collect import (
     ExportError,
     Target,
     collect_round,
+    duration_arg,
     export_to_exposition,
     import_exports,
     merge_targets,
     read_export,
+    scrape,
     targets_from_registry,
+    time_arg,
 )
+from featurectl.plan.columnar import SAMPLES, exposition_samples
 from featurectl.plan.layout import SCRAPES, decode_name, round_time_ms
 from gateway.features.znode import Registration
 from gateway.observability.metrics import TRAFFIC_LABELS
@@ -156,12 +160,60 @@ def test_registry_targets_and_explicit_urls_merge_without_duplicates() -> None:
 def test_cli_collects_rounds_and_points_at_plan(serve, tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("KAFKA_GATEWAY_ZOOKEEPER", raising=False)
     url = serve(gateway_registry("gw-a", 3))
-    code = cli.main(
-        ["collect", "--gateway", url, "--rounds", "2", "--interval", "0.1", "--out", str(tmp_path)]
-    )
-    assert code == 0
+    args = ["--gateway", url, "--rounds", "2", "--interval", "0.1", "--out", str(tmp_path)]
+    assert cli.main(["collect", "--format", "text", *args]) == 0
     assert len(list((tmp_path / SCRAPES).glob("*/*.prom"))) == 2
     assert f"featurectl plan --metrics {tmp_path}" in capsys.readouterr().out
+
+
+def parquet_rows(out: Path) -> list[dict]:
+    """Every sample row of the Parquet dataset under ``out``, as pyarrow reads it."""
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(out / SAMPLES, format="parquet", partitioning="hive").to_table()
+    return table.sort_by([("ts", "ascending"), ("metric", "ascending")]).to_pylist()
+
+
+def test_cli_collects_into_parquet_by_default(serve, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("KAFKA_GATEWAY_ZOOKEEPER", raising=False)
+    url = serve(gateway_registry("gw-a:9092", 3))
+    args = ["--gateway", url, "--rounds", "3", "--interval", "0.1", "--out", str(tmp_path)]
+    # --flush 0.1: a file after some rounds, the rest at exit; nothing lost either way.
+    assert cli.main(["collect", *args, "--flush", "0.1"]) == 0
+    assert not (tmp_path / SCRAPES).exists()
+    rows = parquet_rows(tmp_path)
+    times = sorted({r["ts"] for r in rows})
+    assert len(times) == 3 and {r["gateway_id"] for r in rows} == {"gw-a:9092"}
+    # Each round: every sample of the scrape, at the round's time, labels as written.
+    (text, _), *_ = scrape_files_of(url, tmp_path / "text")
+    per_round = [(m, lt, v) for m, lt, v, _ in exposition_samples(text)]
+    for when in times:
+        got = sorted((r["metric"], r["label_text"], r["value"]) for r in rows if r["ts"] == when)
+        assert got == sorted(per_round)
+    heartbeats = [r for r in rows if r["metric"] == "kafka_gateway_requests_total"]
+    assert [r["value"] for r in heartbeats] == [3.0, 3.0, 3.0]
+    assert heartbeats[0]["label_text"] == (
+        'api="ConsumerGroupHeartbeat",api_key="68",api_version="0",'
+        'client_software_name="librdkafka",client_software_version="2.6.1",listener="plain"'
+    )
+    assert {r["date"] for r in rows} == {times[0].strftime("%Y-%m-%d")}
+
+
+def scrape_files_of(url: str, out: Path) -> list[tuple[str, dict]]:
+    """One text-format round of ``url`` (what the Parquet rows must hold)."""
+    collect_round(out, [Target(url)])
+    return list(scrape_files(out).values())
+
+
+def test_the_sample_reader_agrees_with_prometheus_client(serve) -> None:
+    registry = gateway_registry("gw-a:9092", 7)
+    text = scrape(serve(registry))
+    ours = {(m, v) for m, _, v, ts in exposition_samples(text) if ts is None}
+    theirs = {(s.name, s.value) for f in text_string_to_metric_families(text) for s in f.samples}
+    assert ours == theirs
+    assert list(exposition_samples('m{a="x}y"} 2 1700000000000\n# c\n\nbad{a="1"} x\n')) == [
+        ("m", 'a="x}y"', 2.0, 1700000000000)
+    ]
 
 
 def test_cli_exits_1_when_nothing_was_collected(tmp_path, monkeypatch) -> None:
@@ -268,5 +320,50 @@ def test_cli_imports_exports_without_scraping(tmp_path, monkeypatch) -> None:
     bad.write_text(json.dumps({"status": "error"}))
     out = tmp_path / "data"
     assert cli.main(["collect", "--from-prometheus", str(good), "--out", str(out)]) == 0
-    assert set(scrape_files(out)) == {"i"}
+    assert [(r["gateway_id"], r["metric"], r["value"]) for r in parquet_rows(out)] == [
+        ("i", "m", 1.0)
+    ]
     assert cli.main(["collect", "--from-prometheus", str(bad), "--out", str(out)]) == 2
+
+
+# -- --prometheus (the real server is in tests/integration/test_prometheus_collect.py) ------
+
+
+def test_an_unreachable_prometheus_is_a_usage_error(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("KAFKA_GATEWAY_ZOOKEEPER", raising=False)
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli.main(["collect", "--prometheus", url, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot query Prometheus at {url}" in err and "check --prometheus" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--range", "7x"], "expected a duration like 7d"),
+        (["--step", "0s"], "must be > 0"),
+        (["--end", "yesterday"], "expected RFC 3339"),
+    ],
+)
+def test_bad_ranges_are_refused_by_the_parser(tmp_path, capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["collect", "--prometheus", "http://p:9090", "--out", str(tmp_path), *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_step_longer_than_the_range_is_refused(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("KAFKA_GATEWAY_ZOOKEEPER", raising=False)
+    args = ["--prometheus", "http://p:9090", "--range", "1h", "--step", "2h"]
+    assert cli.main(["collect", *args, "--out", str(tmp_path)]) == 2
+    assert "--step 7200s is longer than --range 3600s" in capsys.readouterr().err
+
+
+def test_durations_read_as_prometheus_writes_them() -> None:
+    assert [duration_arg(t) for t in ("7d", "1h30m", "15s", "90", "500ms")] == [
+        604800,
+        5400,
+        15,
+        90,
+        0.5,
+    ]
+    assert time_arg("2025-01-08T00:00:00Z") == time_arg("1736294400") == 1736294400
