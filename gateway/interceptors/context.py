@@ -1,11 +1,11 @@
 """What an interceptor may know and do about the connection it handles a frame of.
 
-Interceptors (``gateway.interceptors.registry``) see a connection only through
+Interceptors (``gateway.interceptors.dispatch``) see a connection only through
 ``Exchange`` and the gateway only through ``GatewayView``: the negotiated versions, the
 feature gate, the principal and peer, metrics, and the few actions that touch the wire
 (answer locally, ask the upstream, close). ``gateway.server.proxy.ClientConnection`` and
 ``gateway.server.app.Gateway`` satisfy them structurally, so nothing here imports the
-server layer and an interceptor can be tested with a stand-in.
+server layer.
 """
 
 from __future__ import annotations

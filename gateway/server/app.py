@@ -22,7 +22,7 @@ from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import CatalogueError
 from ..features.znode import Registration
-from ..interceptors import registry
+from ..interceptors import dispatch
 from ..interceptors import upstream as internal
 from ..interceptors.api_versions import SoftwareTags
 from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
@@ -263,7 +263,7 @@ class Gateway:
         self.features.set_available(str(address), available)
         caps = self.features.caps
         ranges = negotiate(self._own_ranges, upstream, caps)
-        for key in registry.served_for_upstream(self, upstream):
+        for key in dispatch.served_for_upstream(self, upstream):
             # The gateway answers these itself (UpdateFeatures: the finalized levels live
             # in the gateways' ZooKeeper), so the upstream does not limit them; the
             # feature caps still do.

@@ -6,11 +6,11 @@ back-pressure (a side stops reading while the other side's write buffer is above
 high-water mark) and closes both sides together.
 
 The connection knows no API by name. Interceptors registered by API key
-(``gateway.interceptors.registry``) decide: the connection's pass-through table (the
+(``gateway.interceptors.dispatch``) decide: the connection's pass-through table (the
 negotiated ranges minus the keys answered here) forwards a request after one dict lookup;
-a request it holds back goes to ``registry.on_request``, which answers it locally
+a request it holds back goes to ``dispatch.on_request``, which answers it locally
 (ApiVersions, UpdateFeatures, a synthesized DescribeCluster) or rejects it as Kafka would;
-a response whose key asked for it comes back rewritten from ``registry.rewrite_*``.
+a response whose key asked for it comes back rewritten from ``dispatch.rewrite_*``.
 Interceptors see this class only as ``gateway.interceptors.context.Exchange``.
 
 Life of a connection: the client connects → the gateway dials the upstream and asks it
@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from ..clients import ClientInfo
 from ..config import HostPort
-from ..interceptors import registry
+from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..principal import cached_rules, principal_of
@@ -91,9 +91,9 @@ class ClientConnection(asyncio.Protocol):
         )
         self.responses = ResponseReader(
             self.inflight,
-            registry.intercepts_response,
+            dispatch.intercepts_response,
             gateway.config.max_frame_bytes,
-            registry.stream_policy,
+            dispatch.stream_policy,
         )
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -183,7 +183,7 @@ class ClientConnection(asyncio.Protocol):
                 upstream.write(item)
             elif isinstance(item, RequestFrame):
                 try:
-                    registry.on_request(self, item)
+                    dispatch.on_request(self, item)
                 except Exception as exc:  # a bug must cost this connection, not the loop
                     self._handler_failed(item, exc)
                     return
@@ -221,7 +221,7 @@ class ClientConnection(asyncio.Protocol):
         # untouched (advertised ranges minus the APIs the gateway answers itself).
         allowed = self._passthrough.get(api_key)
         if allowed is None:
-            return not registry.forwards_unknown(self, api_key, api_version)
+            return not dispatch.forwards_unknown(self, api_key, api_version)
         return api_version < allowed[0] or api_version > allowed[1]
 
     def _handler_failed(self, request: RequestFrame, exc: Exception) -> None:
@@ -346,7 +346,7 @@ class ClientConnection(asyncio.Protocol):
             return
         upstream.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
         self.upstream = upstream
-        registry.ask_upstream_versions(self, self._negotiated)
+        dispatch.ask_upstream_versions(self, self._negotiated)
 
     def _negotiated(self, upstream_ranges: dict[int, VersionRange]) -> None:
         self.upstream_ranges = upstream_ranges
@@ -370,7 +370,7 @@ class ClientConnection(asyncio.Protocol):
         gw = self.gateway
         self.ranges = gw.advertised_ranges(self.upstream_address, self.upstream_ranges)
         passthrough = dict(self.ranges)
-        for api_key in registry.answered_here(gw, self.upstream_ranges):
+        for api_key in dispatch.answered_here(gw, self.upstream_ranges):
             passthrough.pop(api_key, None)
         self._passthrough = passthrough
 
@@ -389,11 +389,11 @@ class ClientConnection(asyncio.Protocol):
                 if handler is not None:
                     cast(InternalHandler, handler)(memoryview(item.frame)[4:])
                 else:
-                    client.write(registry.rewrite_frame(self, item))
+                    client.write(dispatch.rewrite_frame(self, item))
             elif isinstance(item, ResponseHead):
-                client.write(registry.rewrite_head(self, item))
+                client.write(dispatch.rewrite_head(self, item))
             elif isinstance(item, ResponseTail):
-                client.write(registry.rewrite_tail(self, item))
+                client.write(dispatch.rewrite_tail(self, item))
             elif isinstance(item, UnreadableResponse):
                 self.rewrite_failed(item.request, item.detail)
             elif isinstance(item, DroppedResponse):

@@ -54,6 +54,7 @@ from .describe_cluster import add_software_per_broker
 from .unsupported import unsupported_version_response
 from .update_features import parse_update_features, update_features_response
 
+# The connection's logger names: these lines were the connection's and keep their name.
 log = get_logger("gateway.proxy")
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
 limited = RateLimitedLogger("gateway.proxy")
