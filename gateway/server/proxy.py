@@ -215,7 +215,7 @@ class ClientConnection(asyncio.Protocol):
         if self.upstream is not None:
             self.upstream.resume_reading()
 
-    # -- requests the gateway handles itself ------------------------------------------
+    # -- the pass-through table, and what happens to what it holds back ----------------
     def _intercept_request(self, api_key: int, api_version: int) -> bool:
         # Runs once per request: one dict lookup against the ranges that may pass through
         # untouched (advertised ranges minus the APIs the gateway answers itself).
