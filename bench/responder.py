@@ -13,8 +13,9 @@ connection, as a broker does with a request it cannot parse.
 
 Function API: ``start(partitions=..., processes=...)`` returns a ``Responder`` (port,
 ``stop()``, a context manager); ``metadata_request(version)`` and
-``describe_groups_request()`` build requests; ``ceiling(port, ...)`` measures what
-one client gets straight from it. CLI: ``python bench/responder.py --help``.
+``describe_groups_request()`` build requests, ``canned_response(...)`` the answer;
+``ceiling(port, ...)`` measures what one client gets straight from it. CLI:
+``python bench/responder.py --help``.
 """
 
 from __future__ import annotations
@@ -382,6 +383,16 @@ def with_correlation_id(frame: bytes, correlation_id: int) -> bytes:
     """``frame`` (a request built here) with another correlation id: requests pipelined
     on one connection need distinct ids, as a proxy matches responses by them."""
     return frame[:8] + struct.pack(">i", correlation_id) + frame[12:]
+
+
+def canned_response(
+    key: int, version: int, correlation_id: int = 1, partitions: int = 10, port: int = 9092
+) -> bytes:
+    """The whole response frame this responder sends to a request (for in-process benches)."""
+    answer = _Answers(partitions, port).get(key, version)
+    if answer is None:
+        raise ValueError(f"the responder does not answer api key {key} v{version}")
+    return struct.pack(">ii", answer[0], correlation_id) + answer[1]
 
 
 def read_frame(sock: socket.socket, scratch: bytearray) -> int:

@@ -13,6 +13,19 @@ from ._apis import (
     api_spec,
     known_api_keys,
 )
+from ._entry import InFlightRequest
+from ._events import (
+    DroppedResponse,
+    Item,
+    ProtocolViolation,
+    RequestFrame,
+    ResponseFrame,
+    ResponseHead,
+    ResponseTail,
+    TailPolicy,
+    UnreadableResponse,
+)
+from ._framing import DEFAULT_MAX_FRAME_BYTES
 from ._headers import (
     RequestHeader,
     frame,
@@ -21,22 +34,9 @@ from ._headers import (
     response_body_offset,
     response_header,
 )
-from ._streams import (
-    DEFAULT_MAX_FRAME_BYTES,
-    DroppedResponse,
-    InFlight,
-    InFlightRequest,
-    Item,
-    ProtocolViolation,
-    RequestFrame,
-    RequestReader,
-    ResponseFrame,
-    ResponseHead,
-    ResponseReader,
-    ResponseTail,
-    TailPolicy,
-    UnreadableResponse,
-)
+from ._inflight import InFlight
+from ._requests import RequestReader
+from ._responses import ResponseReader
 from ._walk import HeadFinder, TailFinder
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 

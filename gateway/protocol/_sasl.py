@@ -69,7 +69,7 @@ from ._wire import (
 )
 
 if TYPE_CHECKING:
-    from ._streams import InFlightRequest
+    from ._entry import InFlightRequest
 
 # Rounds of the mechanisms with a fixed number of them; others are followed by peeking.
 FIXED_ROUNDS: dict[str, int] = {

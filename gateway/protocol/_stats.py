@@ -14,7 +14,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._streams import InFlightRequest
+    from ._entry import InFlightRequest
 
 # Upper bounds (seconds) of the latency histogram buckets: sub-millisecond metadata
 # calls up to fetches that long-poll for their max wait.

@@ -24,11 +24,12 @@ from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import CatalogueError
 from ..features.znode import Registration
+from ..interceptors import dispatch
 from ..interceptors import upstream as internal
 from ..interceptors.api_versions import SoftwareTags
 from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
 from ..observability.metrics import Metrics
-from ..protocol import DESCRIBE_CLUSTER, UPDATE_FEATURES
+from ..protocol import DESCRIBE_CLUSTER
 from ..versions import (
     ApiVersionsError,
     BrokerSoftware,
@@ -309,10 +310,7 @@ class Gateway:
         self.features.set_available(str(address), available)
         caps = self.features.caps
         ranges = negotiate(self._own_ranges, upstream, caps)
-        answered_here = [UPDATE_FEATURES] if self.features.enabled else []
-        if self.synthesizes_describe_cluster(upstream):
-            answered_here.append(DESCRIBE_CLUSTER)
-        for key in answered_here:
+        for key in dispatch.served_for_upstream(self, upstream):
             # The gateway answers these itself (UpdateFeatures: the finalized levels live
             # in the gateways' ZooKeeper), so the upstream does not limit them; the
             # feature caps still do.

@@ -6,15 +6,49 @@ connection (the start-up probe included). ``gateway.config`` builds them as well
 validating, so that a missing or unreadable certificate, a key that does not match it or
 an encrypted key is a ``ConfigError`` naming the setting at load time, not a failure on
 the first connection. Only TLS 1.2 and newer are accepted, as in Kafka 3.x/4.x.
+
+The functions take ``TlsSettings`` (the fields of ``gateway.config.Config`` they read),
+not ``Config`` itself: the config module imports this one to validate, so naming
+``Config`` here would close an import circle.
 """
 
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn, Protocol
 
-if TYPE_CHECKING:
-    from ..config import Config, HostPort
+
+class TlsSettings(Protocol):
+    """The TLS settings of ``gateway.config.Config``, both sides (read-only)."""
+
+    @property
+    def tls_cert(self) -> str | None: ...
+    @property
+    def tls_key(self) -> str | None: ...
+    @property
+    def tls_ca(self) -> str | None: ...
+    @property
+    def tls_client_auth(self) -> str: ...
+    @property
+    def upstream_tls(self) -> bool: ...
+    @property
+    def upstream_tls_ca(self) -> str | None: ...
+    @property
+    def upstream_tls_cert(self) -> str | None: ...
+    @property
+    def upstream_tls_key(self) -> str | None: ...
+    @property
+    def upstream_tls_server_hostname(self) -> str | None: ...
+    @property
+    def upstream_tls_check_hostname(self) -> bool: ...
+
+
+class _Address(Protocol):
+    """An upstream address (``gateway.config.HostPort``); only its host is read."""
+
+    @property
+    def host(self) -> str: ...
+
 
 CLIENT_AUTH = {
     "none": ssl.CERT_NONE,
@@ -33,7 +67,7 @@ class TlsSetupError(ValueError):
         self.reason = reason
 
 
-def client_side_context(cfg: Config) -> ssl.SSLContext | None:
+def client_side_context(cfg: TlsSettings) -> ssl.SSLContext | None:
     """The listeners' context ([tls]); None when tls_cert is not set."""
     if cfg.tls_cert is None:
         return None
@@ -46,7 +80,7 @@ def client_side_context(cfg: Config) -> ssl.SSLContext | None:
     return ctx
 
 
-def reload_client_chain(ctx: ssl.SSLContext, cfg: Config) -> None:
+def reload_client_chain(ctx: ssl.SSLContext, cfg: TlsSettings) -> None:
     """Live reload (SIGHUP): re-read tls_cert/tls_key into the listeners' context itself.
 
     The listeners keep the context they were created with, so the new chain goes into
@@ -59,7 +93,7 @@ def reload_client_chain(ctx: ssl.SSLContext, cfg: Config) -> None:
     _load_chain(ctx, "tls_cert", cfg.tls_cert, "tls_key", cfg.tls_key)
 
 
-def upstream_context(cfg: Config) -> ssl.SSLContext | None:
+def upstream_context(cfg: TlsSettings) -> ssl.SSLContext | None:
     """The upstream connections' context ([upstream_tls]); None when upstream_tls is off."""
     if not cfg.upstream_tls:
         return None
@@ -82,7 +116,7 @@ def upstream_context(cfg: Config) -> ssl.SSLContext | None:
     return ctx
 
 
-def upstream_server_hostname(cfg: Config, address: HostPort) -> str | None:
+def upstream_server_hostname(cfg: TlsSettings, address: _Address) -> str | None:
     """The SNI / expected certificate name for an upstream: the override, else its host."""
     if not cfg.upstream_tls:
         return None

@@ -149,7 +149,7 @@ def _intercept_request(key: int, version: int) -> bool:
 
 
 def handle_request(item: RequestFrame) -> None:
-    """What ClientConnection._on_request does with an intercepted frame."""
+    """What gateway.interceptors.dispatch.on_request does with an intercepted frame."""
     header = item.header
     body = memoryview(item.frame)[4 + header.body_offset :]
     if header.api_key == API_VERSIONS:

@@ -25,7 +25,7 @@ from gateway.protocol import (
     ResponseFrame,
     ResponseReader,
 )
-from gateway.protocol._streams import ACKS0_KEPT
+from gateway.protocol._inflight import ACKS0_KEPT
 
 from ._kafka import (
     RECORDS,

@@ -1,0 +1,117 @@
+"""CPU per request of one proxied connection's data path, in-process: no sockets, no broker.
+
+On a small shared machine the socket benchmarks (``bench.py``, ``metadata_bench.py``)
+swing by 2-3x between runs with the neighbours' load; this one measures only the
+gateway's own Python per request, which is what a change to the hot path moves, and
+repeats within a few percent. A real ``Gateway`` and ``ClientConnection`` are built
+from the default config; the two transports are stand-ins that only count bytes (the
+point is to leave the kernel and the event loop out). Each case feeds one request frame
+to ``data_received`` and its response to ``upstream_data``, ``--requests`` times,
+``--repeat`` times, and prints the best CPU (``time.process_time``) per request:
+
+* a forwarded request (DescribeGroups: no interceptor asks for it either way);
+* Metadata, whose broker addresses the gateway rewrites (only its head is held back).
+
+``--profile`` prints where the time goes (cProfile, top functions by own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import responder
+
+from gateway.config import load_config
+from gateway.server.app import Gateway
+from gateway.server.proxy import ClientConnection
+from gateway.versions import gateway_supported
+
+
+class CountingTransport:
+    """Takes what the connection writes and keeps only its length."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.written += len(data)
+
+    def writelines(self, frames: list[bytes]) -> None:
+        for data in frames:
+            self.written += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def connection() -> ClientConnection:
+    """A connection past negotiation, to an upstream that offers every version."""
+    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
+    conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
+    conn.client = CountingTransport()  # type: ignore[assignment]
+    conn.upstream = CountingTransport()  # type: ignore[assignment]
+    conn._negotiated(gateway_supported())
+    return conn
+
+
+def cases(partitions: int) -> dict[str, tuple[bytes, bytes]]:
+    return {
+        "forwarded (DescribeGroups v0)": (
+            responder.describe_groups_request(0),
+            responder.canned_response(responder.DESCRIBE_GROUPS, 0),
+        ),
+        f"Metadata v12, {partitions} partitions (rewritten)": (
+            responder.metadata_request(12),
+            responder.canned_response(responder.METADATA, 12, partitions=partitions),
+        ),
+    }
+
+
+def measure(conn: ClientConnection, request: bytes, response: bytes, n: int) -> float:
+    """CPU seconds per round trip through the connection."""
+    gc.collect()
+    start = time.process_time()
+    for _ in range(n):
+        conn.data_received(request)
+        conn.upstream_data(response)
+    elapsed = time.process_time() - start
+    assert len(conn.inflight) == 0, "a response was not matched to its request"
+    return elapsed / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="per repeat")
+    parser.add_argument("--repeat", type=int, default=5, help="the best repeat counts")
+    parser.add_argument("--partitions", type=int, default=10, help="in the Metadata response")
+    parser.add_argument("--profile", action="store_true", help="cProfile each case")
+    args = parser.parse_args(argv)
+    conn = connection()
+    for name, (request, response) in cases(args.partitions).items():
+        measure(conn, request, response, min(args.requests, 2000))  # warm up
+        best = min(measure(conn, request, response, args.requests) for _ in range(args.repeat))
+        print(f"{name:<40} {best * 1e6:8.2f} µs CPU per request")
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(measure, conn, request, response, args.requests)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

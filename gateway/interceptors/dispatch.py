@@ -1,0 +1,263 @@
+"""Interceptors by API key (Kroxylicious' filter model): what the gateway does itself.
+
+The connection (``gateway.server.proxy``) knows no API by name. It asks this module
+three things and applies the answer:
+
+* which keys this connection's requests must not forward (``answered_here``): it
+  leaves them, and versions outside the negotiated ranges, out of its pass-through
+  table, so a forwarded request costs one dict lookup by key and nothing else;
+* what to do with a request the table held back (``on_request``): an interceptor
+  registered for its key answers it locally (``REQUESTS``; the hooks are in ``local``);
+  anything else is rejected as Kafka would (``local.reject``: UNSUPPORTED_VERSION, or
+  a close);
+* how to rewrite a response whose key asked for it (``intercepts_response``,
+  ``stream_policy`` and ``rewrite_frame``/``rewrite_head``/``rewrite_tail``): broker
+  addresses (``addresses``) and, for DescribeCluster, the KIP-885 software tags
+  (``RESPONSE_EXTRAS``).
+
+Each hook is a plain function of an ``Exchange`` (``gateway.interceptors.context``); the
+byte-level work stays in the sans-I/O module of its API. To intercept another API: a
+hook in ``local`` and an entry in ``REQUESTS`` (requests), or its first rewritten
+version in ``addresses.REWRITTEN_RESPONSES`` and, for more than addresses, an entry in
+``RESPONSE_EXTRAS`` (responses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..observability.logging import RateLimitedLogger, get_logger
+from ..protocol import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    FETCH,
+    UPDATE_FEATURES,
+    HeadFinder,
+    InFlightRequest,
+    RequestFrame,
+    ResponseFrame,
+    ResponseHead,
+    ResponseTail,
+    TailFinder,
+    api_spec,
+    frame,
+    response_body_offset,
+)
+from ..protocol._apis import api_name
+from ..versions import ApiVersionsError, VersionRange, parse_api_versions_response
+from . import addresses, local
+from . import upstream as internal
+from .context import Exchange, GatewayView
+
+# The connection's logger names: these lines were the connection's and keep their name.
+log = get_logger("gateway.proxy")
+# Lines about bad input, which a client can trigger once per frame.
+limited = RateLimitedLogger("gateway.proxy")
+
+# Fetch responses from this size on stream through; only their tagged section (where
+# KIP-951's NodeEndpoints are) is held back, so a bulk consumer does not wait for the
+# gateway to gather each response before the first byte reaches it. Smaller ones are
+# gathered whole, which leaves a rewrite free to change their length.
+STREAM_FETCH_FROM_BYTES = 64 * 1024
+
+# Handles a request the gateway answers itself: (connection, request, request body).
+RequestHook = Callable[[Exchange, RequestFrame, memoryview], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInterceptor:
+    hook: RequestHook
+    # Whether this gateway answers the key itself on a connection to an upstream with
+    # these ranges (otherwise the key is forwarded like any other).
+    applies: Callable[[GatewayView, dict[int, VersionRange]], bool]
+    # Every version reaches ``hook`` (ApiVersions answers versions it lacks itself, as
+    # KIP-511 asks); otherwise only negotiated versions do and the rest are rejected.
+    any_version: bool = False
+    # The upstream does not limit the versions: the gateway serves the API for it.
+    replaces_upstream: bool = False
+
+
+REQUESTS: dict[int, RequestInterceptor] = {
+    API_VERSIONS: RequestInterceptor(
+        local.answer_api_versions_request, lambda gw, up: True, any_version=True
+    ),
+    UPDATE_FEATURES: RequestInterceptor(
+        # The finalized levels live in the gateways' ZooKeeper, not in the broker's.
+        local.update_features,
+        lambda gw, up: gw.features.enabled,
+        replaces_upstream=True,
+    ),
+    DESCRIBE_CLUSTER: RequestInterceptor(
+        local.synthesize_describe_cluster,
+        lambda gw, up: gw.synthesizes_describe_cluster(up),
+        replaces_upstream=True,
+    ),
+}
+
+
+def answered_here(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
+    """API keys a connection to an upstream with these ranges never forwards."""
+    return [key for key, interceptor in REQUESTS.items() if interceptor.applies(gw, upstream)]
+
+
+def served_for_upstream(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
+    """API keys the gateway serves whatever the upstream's versions (see ``replaces_upstream``)."""
+    return [
+        key
+        for key, interceptor in REQUESTS.items()
+        if interceptor.replaces_upstream and interceptor.applies(gw, upstream)
+    ]
+
+
+def on_request(ctx: Exchange, request: RequestFrame) -> None:
+    """A request the connection's pass-through table held back: answer it locally."""
+    header = request.header
+    body = memoryview(request.frame)[4 + header.body_offset :]
+    if ctx.info is not None and header.client_id is not None:
+        ctx.info.client_id = header.client_id
+    assert ctx.ranges is not None
+    interceptor = REQUESTS.get(header.api_key)
+    if interceptor is not None:
+        allowed = ctx.ranges.get(header.api_key)
+        if interceptor.any_version or (
+            allowed is not None and allowed[0] <= header.api_version <= allowed[1]
+        ):
+            interceptor.hook(ctx, request, body)
+            return
+    local.reject(ctx, request, body)
+
+
+# -- requests outside what this connection may use -------------------------------------
+def forwards_unknown(ctx: Exchange, api_key: int, api_version: int) -> bool:
+    """unknown_api_keys = "forward": an API key the gateway does not know (a vendor's)
+    passes through opaque. Only its key, version and correlation id were read, which
+    is all any header version shares; the response, matched by correlation id in
+    request order, goes back untouched (no interceptor knows the key)."""
+    gw = ctx.gateway
+    if gw.config.unknown_api_keys != "forward" or api_spec(api_key) is not None:
+        return False
+    gw.metrics.unknown_api_keys.labels("forward").inc()
+    limited.info(
+        "request.unknown_api_key_forwarded",
+        limit_key=api_key,
+        api_key=api_key,
+        version=api_version,
+        **ctx.who(),
+    )
+    return True
+
+
+# -- the gateway's own ApiVersions request upstream ----------------------------------------
+def ask_upstream_versions(
+    ctx: Exchange,
+    negotiated: Callable[[dict[int, VersionRange]], None],
+    build: Callable[[int], tuple[int, bytes]] = internal.api_versions_request,
+) -> None:
+    """Learn the upstream's ranges on the connection's own behalf (the latest version,
+    then v0 if the broker refuses it) and hand them to ``negotiated``; close if the
+    broker answers neither."""
+
+    def on_versions(payload: memoryview) -> None:
+        try:
+            ranges = parse_api_versions_response(payload[4:], version)
+        except ApiVersionsError as exc:
+            if version > 0:
+                ask_upstream_versions(ctx, negotiated, internal.api_versions_v0_request)
+                return
+            log.error(
+                "upstream.api_versions_failed",
+                error_code=exc.error_code,
+                upstream=str(ctx.upstream_address),
+            )
+            ctx.close()
+            return
+        except ValueError as exc:
+            log.error(
+                "upstream.api_versions_unreadable",
+                error=str(exc),
+                upstream=str(ctx.upstream_address),
+            )
+            ctx.close()
+            return
+        negotiated(ranges)
+
+    # The answer cannot come before this returns: on_versions reads ``version`` then.
+    version = ctx.ask_upstream(API_VERSIONS, build, on_versions)
+
+
+# -- responses rewritten ------------------------------------------------------------------
+def intercepts_response(
+    entry: InFlightRequest, _first: Callable[[int, int], int] = addresses.REWRITTEN_RESPONSES.get
+) -> bool:
+    """The ``ResponseReader``'s policy: runs once per response, one dict lookup by key (see
+    ``addresses.needs_rewrite``). The gateway's own requests (``context`` set) go to their
+    handler."""
+    return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
+
+
+def stream_policy(entry: InFlightRequest, size: int) -> TailFinder | HeadFinder | None:
+    """Runs once per intercepted response (see ``TailPolicy``). The gateway's own
+    requests are gathered whole for their handler."""
+    if entry.context is not None:
+        return None
+    if entry.api_key == FETCH and size >= STREAM_FETCH_FROM_BYTES:
+        return TailFinder(FETCH, entry.api_version)
+    return addresses.head_finder(entry.api_key, entry.api_version)
+
+
+# After the address rewrite of a whole response body: (connection, version, body) → body.
+RESPONSE_EXTRAS: dict[int, Callable[[Exchange, int, bytes], bytes]] = {
+    DESCRIBE_CLUSTER: local.describe_cluster_software,
+}
+
+
+def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray:
+    """The client's copy of a whole intercepted response (the frame itself if unchanged)."""
+    entry = response.request
+    spec = api_spec(entry.api_key)
+    assert spec is not None  # only known keys are intercepted
+    payload = memoryview(response.frame)[4:]
+    try:
+        offset = response_body_offset(payload, spec.response_header_version(entry.api_version))
+        original = payload[offset:]
+        body = addresses.rewrite_response(
+            entry.api_key, entry.api_version, original, ctx.gateway.router
+        )
+        extra = RESPONSE_EXTRAS.get(entry.api_key)
+        if extra is not None:
+            body = extra(ctx, entry.api_version, bytes(body))
+        elif body is original:
+            return response.frame  # unchanged: no copy of a possibly large fetch
+    except Exception as exc:  # a broker bug must not cost the client its response
+        ctx.rewrite_failed(entry, repr(exc))
+        return response.frame
+    return frame(bytes(payload[:offset]) + body)
+
+
+def rewrite_head(ctx: Exchange, item: ResponseHead) -> bytes:
+    """The client's copy of a held-back response head (see ``ResponseHead``)."""
+    entry = item.request
+    try:
+        return addresses.rewrite_head(
+            entry.api_key, entry.api_version, item.head, ctx.gateway.router
+        )
+    except Exception as exc:  # as in rewrite_frame: the client still gets its response
+        ctx.rewrite_failed(entry, repr(exc))
+        return item.head
+
+
+def rewrite_tail(ctx: Exchange, item: ResponseTail) -> bytes:
+    """The client's copy of a streamed response's tagged section, of the same length."""
+    entry = item.request
+    try:
+        result = addresses.rewrite_tail(
+            entry.api_key, entry.api_version, item.tail, ctx.gateway.router, keep_length=True
+        )
+    except Exception as exc:  # as in rewrite_frame: the client still gets its response
+        ctx.rewrite_failed(entry, repr(exc))
+        return item.tail
+    if result.dropped_endpoints:
+        # Not logged: one leader change can touch every fetch of every client.
+        ctx.gateway.metrics.node_endpoints_dropped.labels(api_name(entry.api_key)).inc()
+    return result.tail

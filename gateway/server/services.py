@@ -1,0 +1,47 @@
+"""What a connection uses of the gateway that holds it: a ``Protocol``, not ``Gateway``.
+
+``gateway.server.app`` builds connections (``proxy.ClientConnection``), so the
+connection naming ``Gateway`` back would close an import circle; it names this instead,
+which ``Gateway`` satisfies structurally. The part interceptors may read is
+``gateway.interceptors.context.GatewayView``; this adds what only the server layer
+needs: connection bookkeeping, limits, TLS and SNI routing, the request log.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Protocol
+
+from ..clients import ClientInfo
+from ..config import HostPort
+from ..interceptors.context import GatewayView
+from ..observability.logging import RequestLog
+from ..versions import VersionRange
+from .limits import ConnectionLimits
+from .sni import SniRouter
+
+
+class Connection(Protocol):
+    """What the gateway's connection bookkeeping reads of a connection."""
+
+    peer: str
+    listener: str
+    info: ClientInfo | None
+    charged: int
+
+    def fold_stats(self) -> None: ...
+
+
+class GatewayServices(GatewayView, Protocol):
+    limits: ConnectionLimits
+    sni: SniRouter | None
+    request_log: RequestLog | None
+    # None: plaintext towards the upstream.
+    upstream_tls: ssl.SSLContext | None
+
+    def connection_opened(self, conn: Connection) -> ClientInfo: ...
+    def connection_closed(self, conn: Connection) -> None: ...
+    def upstream_server_hostname(self, address: HostPort) -> str | None: ...
+    def advertised_ranges(
+        self, address: HostPort, upstream: dict[int, VersionRange]
+    ) -> dict[int, VersionRange]: ...
