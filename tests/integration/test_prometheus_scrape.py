@@ -146,8 +146,11 @@ def scraped(
         probe = KafkaConnection(first.host, first.port)
         probe.api_versions(3)
         for gw in gateways.processes:
+            # Two samples of the last series the traffic creates, so that rate() in a
+            # panel has what it needs however late the scrapes come on a loaded box.
             prometheus.wait_for(
-                f'kafka_gateway_requests_total{{api="Fetch", instance="{gw.metrics_address}"}}'
+                "count_over_time(kafka_gateway_requests_total"
+                f'{{api="Fetch", instance="{gw.metrics_address}"}}[5m]) >= 2'
             )
             prometheus.wait_for(
                 f'kafka_gateway_feature_finalized_epoch{{instance="{gw.metrics_address}"}}'
