@@ -307,7 +307,8 @@ class Metrics:
     def _limit_metrics(self, r: CollectorRegistry) -> None:
         self.connections_refused = Counter(
             "kafka_gateway_connections_refused_total",
-            "Connections closed when accepted, by the limit they were over",
+            "Connections closed when accepted, by the limit they were over (creation rate: "
+            "those that would have waited longer than their first-request deadline)",
             ["reason"],
             registry=r,
         )
@@ -322,6 +323,12 @@ class Metrics:
         )
         for reason in ("idle", "first_request_timeout"):
             self.connections_limit_closed.labels(reason)
+        self.connections_throttled = Counter(
+            "kafka_gateway_connections_throttled_total",
+            "New connections held (not read) until max_connection_creation_rate allowed "
+            "them, as Kafka's acceptor throttles",
+            registry=r,
+        )
         self.reads_paused = Counter(
             "kafka_gateway_client_reads_paused_total",
             "Times a client connection stopped being read because the gateway buffered more "

@@ -139,15 +139,41 @@ def test_per_ip_cap_and_override(gateway_factory) -> None:
     assert counter(gw, "kafka_gateway_connections_refused_total", "max_connections_per_ip") == 2
 
 
-def test_creation_rate(gateway_factory) -> None:
-    gw = gateway_factory("--max-connection-creation-rate", "2", metrics=True)
-    outcomes = []
-    for _ in range(20):
+def test_creation_rate_holds_new_connections_then_serves_them(gateway_factory) -> None:
+    # As Kafka's acceptor throttles: 12 connections one after another at 5 a second are
+    # all served, those over the rate after a wait (the bucket holds 5 to start with).
+    gw = gateway_factory("--max-connection-creation-rate", "5", metrics=True)
+    for _ in range(12):
         with connect(gw) as sock:
-            outcomes.append(served(sock))
+            assert served(sock)
+    assert counter(gw, "kafka_gateway_connections_throttled_total") >= 1
+    assert (
+        counter(gw, "kafka_gateway_connections_refused_total", "max_connection_creation_rate") == 0
+    )
+    assert "connection.throttled" in gw.log_path.read_text()
+
+
+def test_creation_rate_closes_what_would_wait_past_its_deadline(gateway_factory) -> None:
+    # 2 a second and a 1 s first-request deadline: of 10 connections opened at once, the
+    # first few are served (2 saved-up tokens, then waits of 0.5 s and 1 s); the rest
+    # would wait longer than their deadline and are closed at once.
+    gw = gateway_factory(
+        "--max-connection-creation-rate",
+        "2",
+        "--connection-first-request-timeout-ms",
+        "1000",
+        metrics=True,
+    )
+    socks = [connect(gw) for _ in range(10)]
+    try:
+        outcomes = [served(sock) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
     assert any(outcomes) and not all(outcomes)
     refused = counter(gw, "kafka_gateway_connections_refused_total", "max_connection_creation_rate")
     assert refused == outcomes.count(False)
+    assert counter(gw, "kafka_gateway_connections_throttled_total") >= 1
 
 
 def rss_bytes(pid: int) -> int:
