@@ -4,6 +4,9 @@ memory budget for partial requests."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import struct
 import time
@@ -241,3 +244,101 @@ def test_memory_budget_pauses_reading_and_serves_others(gateway_factory) -> None
         for sock in attackers:
             sock.close()
     assert counter(gw, "kafka_gateway_client_reads_paused_total") >= 1
+
+
+# -- several workers: the caps hold for the whole gateway ---------------------------------
+WORKERS = 3
+
+
+def workers_gateway(gateway_factory, *args: str) -> GatewayProcess:
+    gw = gateway_factory("--workers", str(WORKERS), *args, metrics=True)
+    ready = f"ready ({WORKERS}/{WORKERS} workers)\n".encode()
+    url = gw.metrics_url.replace("/metrics", "/readyz")
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.read() == ready:
+                    return gw
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the workers never all served"
+        time.sleep(0.1)
+
+
+def connection_rows(gw: GatewayProcess, count: int) -> list[dict[str, object]]:
+    """/connections once it lists ``count`` connections (each worker reports its own)."""
+    url = gw.metrics_url.replace("/metrics", "/connections")
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            rows: list[dict[str, object]] = json.load(response)
+        if len(rows) == count:
+            return rows
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.1)
+
+
+def log_events(gw: GatewayProcess, event: str) -> list[dict[str, object]]:
+    return [
+        json.loads(line) for line in gw.log_text().splitlines() if f'"event": "{event}"' in line
+    ]
+
+
+def test_per_ip_cap_holds_whichever_worker_accepts(gateway_factory) -> None:
+    gw = workers_gateway(gateway_factory, "--max-connections-per-ip", "3")
+    held = [connect(gw) for _ in range(3)]
+    try:
+        assert all(served(sock) for sock in held)
+        # SO_REUSEPORT hands these to the workers by a hash of the client port: every
+        # worker refuses, whether or not it holds any of the three.
+        for _ in range(12):
+            with connect(gw) as over:
+                assert not served(over)
+        refusing = {line["worker"] for line in log_events(gw, "connection.refused")}
+        assert len(refusing) > 1, refusing  # all 12 on one worker: a 3·(1/3)^12 chance
+        held.pop().close()
+        # The close, on one worker, frees the slot for whichever worker accepts next.
+        deadline = time.monotonic() + PATIENCE_S
+        while True:
+            with connect(gw) as again:
+                if served(again):
+                    break
+            assert time.monotonic() < deadline, "a slot freed by a close was never reused"
+    finally:
+        for sock in held:
+            sock.close()
+    assert counter(gw, "kafka_gateway_connections_refused_total", "max_connections_per_ip") >= 12
+
+
+def test_total_cap_holds_across_workers_and_a_dead_workers_share_is_freed(
+    gateway_factory,
+) -> None:
+    gw = workers_gateway(gateway_factory, "--max-connections", "6")
+    socks = [connect(gw) for _ in range(6)]
+    try:
+        assert all(served(sock) for sock in socks)
+        with connect(gw) as over:
+            assert not served(over)
+        rows = connection_rows(gw, 6)
+        pid_of = {row["peer"]: row["worker_pid"] for row in rows}
+        owners = [pid_of[f"127.0.0.1:{sock.getsockname()[1]}"] for sock in socks]
+        victim = max(set(owners), key=owners.count)
+        lost = owners.count(victim)
+        assert isinstance(victim, int)
+        os.kill(victim, signal.SIGKILL)
+        gw.wait_for_log(r'"event": "worker.died"', timeout=PATIENCE_S)
+        (died,) = log_events(gw, "worker.died")
+        assert died["connections_released"] == lost
+        # The survivors stay open and counted; the dead worker's slots are free again:
+        # exactly ``lost`` new connections fit, whichever workers take them.
+        for sock, owner in zip(socks, owners, strict=True):
+            assert served(sock) == (owner != victim)
+        outcomes = []
+        for _ in range(lost + 1):
+            socks.append(connect(gw))
+            outcomes.append(served(socks[-1]))
+        assert outcomes == [True] * lost + [False]
+    finally:
+        for sock in socks:
+            sock.close()
