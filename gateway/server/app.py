@@ -69,6 +69,7 @@ class Gateway:
         # None: a gateway of its own (one process); else one worker of a supervisor.
         self.worker = worker
         self.metrics = metrics or Metrics()
+        self.metrics.max_software_labels = config.max_client_software_labels
         self.router: SidecarRouter | ClusterRouter
         if config.mode == "cluster":
             self.router = ClusterRouter(config, self._on_new_broker)
@@ -424,7 +425,7 @@ class Gateway:
         self.connections.add(conn)
         info = self.registry.add(conn.peer, conn.listener)
         self.metrics.connections_total.labels(conn.listener).inc()
-        self.metrics.connections_active.labels(conn.listener, *info.software).inc()
+        self.metrics.connections_active.labels(conn.listener, *info.labels).inc()
         return info
 
     def connection_closed(self, conn: ClientConnection) -> None:
@@ -433,7 +434,7 @@ class Gateway:
             self.limits.charge(conn, conn.charged, 0)
             conn.fold_stats()
             if conn.info is not None:
-                self.metrics.connections_active.labels(conn.listener, *conn.info.software).dec()
+                self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
                 self.registry.remove(conn.info.connection_id)
         # Also a connection closed before it was served (held by the throttle).
         self.limits.release(conn)

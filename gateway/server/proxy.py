@@ -277,9 +277,7 @@ class ClientConnection(asyncio.Protocol):
         bytes_in = info.bytes_in - self._folded_in
         bytes_out = info.bytes_out - self._folded_out
         self._folded_in, self._folded_out = info.bytes_in, info.bytes_out
-        self.gateway.metrics.traffic.fold(
-            (self.listener, *info.software), stats, bytes_in, bytes_out
-        )
+        self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
 
     def _log_request(self, entry: InFlightRequest) -> None:
         request_log = self.gateway.request_log
