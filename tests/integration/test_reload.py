@@ -98,7 +98,10 @@ def test_an_established_librdkafka_producer_keeps_producing_across_a_rotation(
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            (errors.append(err) if err is not None else delivered.append(msg))
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered.append(msg)
 
         conf = driver._conf(
             gw.bootstrap,
