@@ -144,12 +144,15 @@ def test_per_ip_cap_and_override(gateway_factory) -> None:
 
 
 def test_creation_rate_holds_new_connections_then_serves_them(gateway_factory) -> None:
-    # As Kafka's acceptor throttles: 12 connections one after another at 5 a second are
-    # all served, those over the rate after a wait (the bucket holds 5 to start with).
+    # As Kafka's acceptor throttles: 12 connections opened at once at 5 a second are all
+    # served, those over the rate after a wait (the bucket holds 5 to start with).
     gw = gateway_factory("--max-connection-creation-rate", "5", metrics=True)
-    for _ in range(12):
-        with connect(gw) as sock:
-            assert served(sock)
+    socks = [connect(gw) for _ in range(12)]
+    try:
+        assert all(served(sock) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
     assert counter(gw, "kafka_gateway_connections_throttled_total") >= 1
     assert (
         counter(gw, "kafka_gateway_connections_refused_total", "max_connection_creation_rate") == 0
@@ -345,6 +348,24 @@ def test_total_cap_holds_across_workers_and_a_dead_workers_share_is_freed(
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_creation_rate_is_one_bucket_for_all_workers(gateway_factory) -> None:
+    # 5 a second for the gateway: 12 connections opened at once are all served, and
+    # some wait. Were each worker a bucket of 5 of its own, only a worker handed 6 or
+    # more of the 12 would make one wait.
+    gw = workers_gateway(gateway_factory, "--max-connection-creation-rate", "5")
+    socks = [connect(gw) for _ in range(12)]
+    try:
+        assert all(served(sock) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+    throttled = {line["worker"] for line in log_events(gw, "connection.throttled")}
+    assert counter(gw, "kafka_gateway_connections_throttled_total") >= 1, throttled
+    assert (
+        counter(gw, "kafka_gateway_connections_refused_total", "max_connection_creation_rate") == 0
+    )
 
 
 def test_client_software_labels_are_capped(gateway_factory) -> None:

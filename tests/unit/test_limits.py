@@ -148,3 +148,13 @@ def test_creation_rate_reserves_then_refuses_a_wait_over_the_bound(table) -> Non
 def test_ip_keys() -> None:
     assert ip_key("127.0.0.1") == ip_key("::ffff:127.0.0.1") != ip_key("::1")
     assert len(ip_key("?")) == 16
+
+
+def test_client_software_labels_past_the_cap_are_other() -> None:
+    metrics = Metrics()
+    metrics.max_software_labels = 2
+    assert metrics.software_labels("a", "1") == ("a", "1")
+    assert metrics.software_labels("b", "1") == ("b", "1")
+    assert metrics.software_labels("c", "1") == ("other", "other")
+    assert metrics.software_labels("a", "1") == ("a", "1")  # labelled before: kept
+    assert metrics.software_overflow._value.get() == 1
