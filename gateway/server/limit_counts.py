@@ -117,8 +117,10 @@ def _reserve(
 
 
 class SharedCounts:
-    """The table in shared memory; see the module docstring. ``create`` in the
-    supervisor, ``attach`` in each worker (by path: spawned workers inherit no mmap)."""
+    """The table in shared memory; see the module docstring. The supervisor makes it
+    (``create``) and opens it with no column; each worker opens it by path with its own
+    column (spawned workers inherit no mapping, and each needs its own open file for
+    flock to exclude the others)."""
 
     def __init__(self, path: str, worker: int | None, rate: float = 0.0) -> None:
         self.path = path
