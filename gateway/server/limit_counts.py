@@ -38,6 +38,10 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..observability.logging import RateLimitedLogger
+
+limited = RateLimitedLogger("gateway.limits")
+
 # Open-addressing slot states.
 EMPTY, USED, DELETED = 0, 1, 2
 MAGIC = 0x4B47_4C49_4D31  # "KGLIM1"
@@ -240,7 +244,15 @@ class SharedCounts:
                 else:
                     used, deleted = self._head()
                     if free is None or used >= self.capacity // 2:
-                        return "max_connections_per_ip"  # the table is full (see create)
+                        # The table is full (see create): refused, and said why, since
+                        # this address is under its cap.
+                        limited.warning(
+                            "limits.address_table_full",
+                            limit_key="address_table_full",
+                            addresses=used,
+                            peer_ip=ip,
+                        )
+                        return "max_connections_per_ip"
                     counts = [0] * self.workers
                     counts[self.worker] = 1
                     if self._row(free)[1] == DELETED:
