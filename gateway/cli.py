@@ -199,11 +199,14 @@ _LIMIT_FLAGS = {
     "connections_max_idle_ms": "close connections idle this long [600000, like Kafka]",
     "max_connections": "close new connections over this total [unlimited, like Kafka]",
     "max_connections_per_ip": "close new connections over this count per client IP [unlimited]",
-    "max_connection_creation_rate": "close new connections over this many per second [unlimited]",
+    "max_connection_creation_rate": "hold new connections over this many per second until "
+    "the rate allows; close those that would wait past the first-request deadline [unlimited]",
     "connection_first_request_timeout_ms": "close connections that send no complete "
     "request within this long [10000]",
     "queued_max_request_bytes": "stop reading connections holding partial requests or "
     "undelivered responses while the gateway buffers more than this [268435456; -1: no limit]",
+    "max_client_software_labels": "distinct KIP-511 client software name/version pairs "
+    'labelled in metrics; more are labelled "other" [1000]',
 }
 
 

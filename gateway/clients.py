@@ -31,6 +31,7 @@ class ClientInfo:
         "client_id",
         "connected_since",
         "connection_id",
+        "labels",
         "listener",
         "peer",
         "requests",
@@ -52,6 +53,9 @@ class ClientInfo:
         self.client_id = client_id  # header client_id of the latest request
         self.software_name = UNKNOWN
         self.software_version = UNKNOWN
+        # The (name, version) its metric series carry: the software, or "other" past
+        # max_client_software_labels (Metrics.software_labels).
+        self.labels = (UNKNOWN, UNKNOWN)
         self.connected_since = connected_since  # wall clock, seconds since the epoch
         self.requests = 0
         self.bytes_in = 0  # request bytes from the client, framing included

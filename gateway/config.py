@@ -163,7 +163,9 @@ class Config:
     max_connections_per_ip: int = 2**31 - 1
     # "host:count,host:count" as Kafka's max.connections.per.ip.overrides.
     max_connections_per_ip_overrides: str = ""
-    # New connections per second (Kafka throttles the acceptor; the gateway closes).
+    # New connections per second; over it a new connection is held unread until its
+    # turn, as Kafka's acceptor throttles, and closed if that would take longer than
+    # connection_first_request_timeout_ms. Caps and rate hold across all workers.
     max_connection_creation_rate: int = 2**31 - 1
     # Not Kafka's: a client must complete its first request within this long after the
     # connection opened, else it is closed; 10 s like upstream_connect_timeout_s.
@@ -174,6 +176,11 @@ class Config:
     # it, connections holding such bytes stop being read. Kafka's default is -1
     # (unlimited); 256 MiB bounds memory yet fits two max_frame_bytes frames. -1: none.
     queued_max_request_bytes: int = 256 * 1024 * 1024
+    # Not Kafka's: the most distinct KIP-511 (client software name, version) pairs that
+    # get their own metric labels (per worker); a client announces whatever strings it
+    # likes, so without a cap one could add series, and /metrics memory, without bound.
+    # Pairs beyond it are labelled "other".
+    max_client_software_labels: int = 1000
     # -- processes (issue 12) ----------------------------------------------------------
     # Worker processes, each accepting on every listener; 1 is a single process with no
     # supervisor. Default: the CPUs this process may run on (its affinity, so a
@@ -305,6 +312,7 @@ _LIMIT_INTS = (
     "max_connection_creation_rate",
     "connection_first_request_timeout_ms",
     "queued_max_request_bytes",
+    "max_client_software_labels",
     "workers",
 )
 

@@ -75,9 +75,10 @@ def answer_api_versions_request(ctx: Exchange, request: RequestFrame, body: memo
     if answer.client_software is not None and ctx.info is not None:
         # Counts so far belong to the old labels; then move the connection over.
         ctx.fold_stats()
-        old = ctx.info.software
+        old = ctx.info.labels
         gw.registry.set_software(ctx.info.connection_id, *answer.client_software)
-        gw.metrics.client_identified(ctx.listener, old, ctx.info.software)
+        ctx.info.labels = gw.metrics.software_labels(*answer.client_software)
+        gw.metrics.client_identified(ctx.listener, old, ctx.info.labels)
         log.info(
             "connection.identified",
             listener=ctx.listener,

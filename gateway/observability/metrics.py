@@ -33,6 +33,11 @@ from prometheus_client.registry import Collector
 
 from ..protocol._apis import api_name, has_schema
 from ..protocol._stats import LATENCY_BUCKETS, ApiStats
+from .logging import RateLimitedLogger
+
+limited = RateLimitedLogger("gateway.metrics")
+# The label value of client software past max_client_software_labels.
+OTHER = "other"
 
 # Why a frame or connection was refused; the bounded label set of rejected_requests.
 REJECT_REASONS = (
@@ -307,7 +312,8 @@ class Metrics:
     def _limit_metrics(self, r: CollectorRegistry) -> None:
         self.connections_refused = Counter(
             "kafka_gateway_connections_refused_total",
-            "Connections closed when accepted, by the limit they were over",
+            "Connections closed when accepted, by the limit they were over (creation rate: "
+            "those that would have waited longer than their first-request deadline)",
             ["reason"],
             registry=r,
         )
@@ -322,6 +328,12 @@ class Metrics:
         )
         for reason in ("idle", "first_request_timeout"):
             self.connections_limit_closed.labels(reason)
+        self.connections_throttled = Counter(
+            "kafka_gateway_connections_throttled_total",
+            "New connections held (not read) until max_connection_creation_rate allowed "
+            "them, as Kafka's acceptor throttles",
+            registry=r,
+        )
         self.reads_paused = Counter(
             "kafka_gateway_client_reads_paused_total",
             "Times a client connection stopped being read because the gateway buffered more "
@@ -337,12 +349,42 @@ class Metrics:
         )
         for result in ("ok", "failed"):
             self.config_reloads.labels(result)
+        # KIP-511 software pairs with labels of their own (software_labels).
+        self.max_software_labels = 1000
+        self._software_seen: set[tuple[str, str]] = set()  # "unknown" needs no entry
+        self.software_overflow = Counter(
+            "kafka_gateway_client_software_labels_overflow_total",
+            'Clients identified with a software name/version labelled "other" because '
+            "max_client_software_labels distinct pairs were labelled already",
+            registry=r,
+        )
         self.queued_bytes = Gauge(
             "kafka_gateway_queued_bytes",
             "Bytes buffered in partial requests and undelivered responses, as counted "
             "against queued_max_request_bytes",
             registry=r,
         )
+
+    def software_labels(self, name: str, version: str) -> tuple[str, str]:
+        """The labels for a client's KIP-511 software: itself while fewer than
+        max_software_labels distinct pairs have been labelled, else ("other", "other").
+        Series outlive their connections (counters), so the cap is on pairs ever seen."""
+        pair = (name, version)
+        if pair in self._software_seen:
+            return pair
+        if len(self._software_seen) < self.max_software_labels:
+            self._software_seen.add(pair)
+            return pair
+        self.software_overflow.inc()
+        limited.warning(
+            "metrics.client_software_labels_full",
+            limit_key="max_client_software_labels",
+            max_client_software_labels=self.max_software_labels,
+            client_software_name=name[:64],
+            client_software_version=version[:64],
+            labelled_as=OTHER,
+        )
+        return OTHER, OTHER
 
     def client_identified(self, listener: str, old: tuple[str, str], new: tuple[str, str]) -> None:
         self.connections_active.labels(listener, *old).dec()

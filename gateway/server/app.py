@@ -41,6 +41,7 @@ from ..versions import (
 )
 from .features import FeatureGate
 from .http import check_route, json_route, metrics_route, serve_http
+from .limit_counts import SharedCounts
 from .limits import ConnectionLimits
 from .loop_lag import LoopLagMonitor
 from .proxy import ClientConnection
@@ -68,6 +69,7 @@ class Gateway:
         # None: a gateway of its own (one process); else one worker of a supervisor.
         self.worker = worker
         self.metrics = metrics or Metrics()
+        self.metrics.max_software_labels = config.max_client_software_labels
         self.router: SidecarRouter | ClusterRouter
         if config.mode == "cluster":
             self.router = ClusterRouter(config, self._on_new_broker)
@@ -88,9 +90,15 @@ class Gateway:
         self._listen_specs: dict[str, tuple[HostPort, HostPort]] = {}
         self._http: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self.limits = ConnectionLimits(config, self.metrics)
+        counts = None
+        if worker is not None and worker.limits_path is not None:
+            # One of several workers: the caps and the creation rate are counted in the
+            # supervisor's shared table, so they hold for the whole gateway.
+            rate = float(config.max_connection_creation_rate)
+            counts = SharedCounts(worker.limits_path, worker.index, rate)
+        self.limits = ConnectionLimits(config, self.metrics, counts=counts)
         if worker is not None:
-            self.limits.share(worker.count)
+            self.limits.share_budget(worker.count)
         self._limits_task: asyncio.Task[None] | None = None
         port = config.advertised_listen_port
         self.gateway_id = config.gateway_id or f"{config.advertised}:{port}"
@@ -417,18 +425,19 @@ class Gateway:
         self.connections.add(conn)
         info = self.registry.add(conn.peer, conn.listener)
         self.metrics.connections_total.labels(conn.listener).inc()
-        self.metrics.connections_active.labels(conn.listener, *info.software).inc()
+        self.metrics.connections_active.labels(conn.listener, *info.labels).inc()
         return info
 
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
             self.limits.charge(conn, conn.charged, 0)
-            self.limits.release(conn)
             conn.fold_stats()
             if conn.info is not None:
-                self.metrics.connections_active.labels(conn.listener, *conn.info.software).dec()
+                self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
                 self.registry.remove(conn.info.connection_id)
+        # Also a connection closed before it was served (held by the throttle).
+        self.limits.release(conn)
 
     def _fold_live_connections(self) -> None:
         for conn in list(self.connections):

@@ -1,16 +1,20 @@
-"""Connection limits (issue 13): caps at accept, idle and first-request deadlines, and a
-gateway-wide budget for buffered bytes, with Kafka's names (see Config).
+"""Connection limits (issue 13): caps at accept, the creation-rate throttle, idle and
+first-request deadlines, and a gateway-wide budget for buffered bytes, with Kafka's
+names (see Config).
 
-Per process: with several worker processes (SO_REUSEPORT listeners) each worker holds
-its own ``ConnectionLimits``; ``share(workers)`` divides the gateway-wide totals so
-the workers together stay within the configured ones. Enforcing them exactly across
-workers (a shared counter) is not done here.
+The caps (``max_connections``, ``max_connections_per_ip`` and its overrides) and
+``max_connection_creation_rate`` hold for the whole gateway: one process keeps its
+counts in dicts, several workers share one table (``limit_counts``). The memory budget
+(``queued_max_request_bytes``) is split: each worker pauses reading against its
+1/workers part (``share_budget``), so the workers together never buffer more than the
+configured budget. Sharing it exactly would mean a lock per read of every connection;
+the split costs nothing and errs on the safe side (one worker may pause while another
+has room).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -18,6 +22,7 @@ from typing import Protocol
 from ..config import Config, parse_ip_overrides
 from ..observability.logging import RateLimitedLogger
 from ..observability.metrics import Metrics
+from .limit_counts import NO_LIMIT, LocalCounts, SharedCounts
 
 limited = RateLimitedLogger("gateway.limits")
 
@@ -28,6 +33,8 @@ class Limited(Protocol):
     peer_ip: str
     opened_at: float
     charged: int
+    # Counted in the caps (admit) and not yet released.
+    counted: bool
 
     def activity(self) -> tuple[int, ...]: ...
     def has_request(self) -> bool: ...
@@ -38,7 +45,11 @@ class Limited(Protocol):
 
 class ConnectionLimits:
     def __init__(
-        self, config: Config, metrics: Metrics, clock: Callable[[], float] = time.monotonic
+        self,
+        config: Config,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        counts: LocalCounts | SharedCounts | None = None,
     ) -> None:
         self.metrics = metrics
         self.clock = clock
@@ -48,67 +59,69 @@ class ConnectionLimits:
         self.max_per_ip = config.max_connections_per_ip
         self.per_ip_overrides = parse_ip_overrides(config.max_connections_per_ip_overrides)
         self.rate = float(config.max_connection_creation_rate)
+        # Per-address counts only matter with a per-IP cap (shared tables skip them).
+        self.per_ip_capped = self.max_per_ip < NO_LIMIT or bool(self.per_ip_overrides)
+        self.rate_capped = config.max_connection_creation_rate < NO_LIMIT
+        # The longest a new connection is held for a creation-rate token before it is
+        # closed instead: its first-request deadline, which it could not meet anyway.
+        self.max_throttle_s = self.first_request_s
         self.budget = config.queued_max_request_bytes if config.queued_max_request_bytes > 0 else 0
-        self.total = 0
-        self.per_ip: dict[str, int] = {}
-        self._tokens = self.rate
-        self._refilled = clock()
+        self.counts = counts if counts is not None else LocalCounts(self.rate)
         self.queued = 0
         self._paused: set[Limited] = set()
         # activity signature and the time it was first seen, per connection
         self._seen: dict[Limited, tuple[tuple[int, ...], float]] = {}
 
-    def share(self, workers: int) -> None:
-        """Take 1/workers of every gateway-wide limit (per-IP caps included: a client's
-        connections spread over the workers' SO_REUSEPORT listeners)."""
-        if workers <= 1:
-            return
-
-        def part(n: int) -> int:
-            return max(1, math.ceil(n / workers))
-
-        self.max_connections = part(self.max_connections)
-        self.max_per_ip = part(self.max_per_ip)
-        self.per_ip_overrides = {ip: part(n) for ip, n in self.per_ip_overrides.items()}
-        self.rate = max(1.0, self.rate / workers)
-        self._tokens = min(self._tokens, self.rate)
-        if self.budget:
-            self.budget = part(self.budget)
+    def share_budget(self, workers: int) -> None:
+        """One of ``workers`` workers: pause reading against 1/workers of the memory
+        budget (the caps and the rate are shared exactly instead; see the docstring)."""
+        if workers > 1 and self.budget:
+            self.budget = max(1, self.budget // workers)
 
     # -- at accept ------------------------------------------------------------------
-    def admit(self, ip: str) -> str | None:
-        """Count a new connection in; the limit it is over (then not counted), or None."""
-        reason = self._over(ip)
+    def admit(self, conn: Limited) -> str | None:
+        """Count a new connection in the caps; the cap it is over (then not counted,
+        counted in the metric and logged), or None."""
+        ip = conn.peer_ip
+        cap = self.per_ip_overrides.get(ip, self.max_per_ip)
+        reason = self.counts.admit(ip, self.max_connections, cap, self.per_ip_capped)
         if reason is not None:
-            self.metrics.connections_refused.labels(reason).inc()
-            limited.warning("connection.refused", limit_key=reason, reason=reason, peer_ip=ip)
+            self._refused(reason, ip)
             return reason
-        self.total += 1
-        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        conn.counted = True
         return None
 
-    def _over(self, ip: str) -> str | None:
-        if self.total >= self.max_connections:
-            return "max_connections"
-        if self.per_ip.get(ip, 0) >= self.per_ip_overrides.get(ip, self.max_per_ip):
-            return "max_connections_per_ip"
-        # Token bucket: ``rate`` tokens a second, at most ``rate`` saved up.
-        now = self.clock()
-        self._tokens = min(self.rate, self._tokens + (now - self._refilled) * self.rate)
-        self._refilled = now
-        if self._tokens < 1:
-            return "max_connection_creation_rate"
-        self._tokens -= 1
-        return None
+    def creation_delay(self, conn: Limited) -> float | None:
+        """How long to hold an admitted connection before serving it, as Kafka's
+        acceptor throttles over max.connection.creation.rate; None: the wait would
+        exceed max_throttle_s, so it is refused (released here; close it)."""
+        if not self.rate_capped:
+            return 0.0
+        wait = self.counts.reserve(self.max_throttle_s)
+        if wait is None:
+            self._refused("max_connection_creation_rate", conn.peer_ip)
+            self.release(conn)
+            return None
+        if wait > 0:
+            self.metrics.connections_throttled.inc()
+            limited.info(
+                "connection.throttled",
+                limit_key="max_connection_creation_rate",
+                reason="max_connection_creation_rate",
+                wait_s=round(wait, 3),
+                peer_ip=conn.peer_ip,
+            )
+        return wait
+
+    def _refused(self, reason: str, ip: str) -> None:
+        self.metrics.connections_refused.labels(reason).inc()
+        limited.warning("connection.refused", limit_key=reason, reason=reason, peer_ip=ip)
 
     def release(self, conn: Limited) -> None:
-        ip = conn.peer_ip
-        self.total -= 1
-        left = self.per_ip.get(ip, 1) - 1
-        if left:
-            self.per_ip[ip] = left
-        else:
-            self.per_ip.pop(ip, None)
+        """Uncount a closed connection (once, whichever path closes it)."""
+        if conn.counted:
+            conn.counted = False
+            self.counts.release(conn.peer_ip)
         self._seen.pop(conn, None)
         self._paused.discard(conn)
 

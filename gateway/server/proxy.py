@@ -128,6 +128,9 @@ class ClientConnection(asyncio.Protocol):
         self.charged = 0  # bytes counted against queued_max_request_bytes
         self._memory_paused = False
         self._first_done = False
+        self.counted = False  # in the caps' counts (ConnectionLimits.admit/release)
+        # The pending start of a connection held by the creation-rate throttle.
+        self._throttle: asyncio.TimerHandle | None = None
 
     # -- client socket -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -138,10 +141,34 @@ class ClientConnection(asyncio.Protocol):
         peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_ip = peer[0] if peer else "?"
-        if self.gateway.limits.admit(self.peer_ip) is not None:
+        limits = self.gateway.limits
+        if limits.admit(self) is not None:
             self._closed = True  # over a cap: closed at accept, as Kafka's acceptor does
             client.abort()
             return
+        delay = limits.creation_delay(self)
+        if delay is None:  # over the creation rate for longer than it may wait: closed
+            self._closed = True
+            client.abort()
+            return
+        if delay > 0:
+            # Over max_connection_creation_rate: Kafka's acceptor waits before taking
+            # the connection; the kernel has taken it here, so it is held unread (its
+            # bytes wait in the socket) until its token is due.
+            client.pause_reading()
+            self._throttle = asyncio.get_running_loop().call_later(delay, self._serve)
+            return
+        self._serve()
+
+    def _serve(self) -> None:
+        """Start serving an accepted connection (at once, or after its throttle)."""
+        client = self.client
+        assert client is not None
+        if self._throttle is not None:
+            self._throttle = None
+            if self._closed:
+                return
+            client.resume_reading()
         self.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
@@ -204,6 +231,9 @@ class ClientConnection(asyncio.Protocol):
             )
         if self.inflight.acks0_answered is not None:
             _acks0_answered[self.upstream_address] = self.inflight.acks0_answered
+        if self._throttle is not None:  # closed while held by the throttle
+            self._throttle.cancel()
+            self._throttle = None
         self.close()
         self.gateway.connection_closed(self)
 
@@ -247,9 +277,7 @@ class ClientConnection(asyncio.Protocol):
         bytes_in = info.bytes_in - self._folded_in
         bytes_out = info.bytes_out - self._folded_out
         self._folded_in, self._folded_out = info.bytes_in, info.bytes_out
-        self.gateway.metrics.traffic.fold(
-            (self.listener, *info.software), stats, bytes_in, bytes_out
-        )
+        self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
 
     def _log_request(self, entry: InFlightRequest) -> None:
         request_log = self.gateway.request_log

@@ -18,13 +18,17 @@ The supervisor (this module):
 Each worker is a full ``Gateway`` (``app.py``) with a ``WorkerRole``: it opens every
 listener itself with SO_REUSEPORT (why: see ``Gateway._listen``), watches the feature
 levels with its own ZooKeeper session (a finalize reaches every worker as fast as it
-reaches a single-process gateway), takes 1/N of the connection limits, serves its
-operator endpoint on a private loopback port, and stops when the supervisor is gone.
+reaches a single-process gateway), counts its connections in the supervisor's shared
+limits table (``limit_counts``: the caps and the creation rate hold gateway-wide; the
+supervisor zeroes a dead worker's counts), pauses reading against 1/N of the memory
+budget, serves its operator endpoint on a private loopback port, and stops when the
+supervisor is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -47,6 +51,8 @@ from ..observability.logging import RateLimitedLogger, configure_logging, get_lo
 from ..observability.merge import MetricsMerger, Parsed, parse
 from .app import Gateway
 from .http import Route, check_route, serve_http
+from .limit_counts import NO_LIMIT, SharedCounts
+from .limits import ConnectionLimits
 from .worker_role import WorkerRole
 
 log = get_logger("gateway.supervisor")
@@ -109,6 +115,15 @@ class Supervisor:
         self._http: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._context = multiprocessing.get_context("spawn")
+        # The workers' shared connection counts; only when something is capped (else
+        # each worker counts alone, lock-free, and never refuses).
+        self.limit_counts: SharedCounts | None = None
+        probe = ConnectionLimits(config, self.metrics)
+        if probe.max_connections < NO_LIMIT or probe.per_ip_capped or probe.rate_capped:
+            path = SharedCounts.create(
+                len(self.slots), probe.per_ip_capped, probe.max_connections, probe.rate
+            )
+            self.limit_counts = SharedCounts(path, None)
 
     def _reserve(self, listen: HostPort) -> HostPort:
         family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
@@ -147,6 +162,7 @@ class Supervisor:
             if self._http is not None:
                 self._http.close()
             _stop_resource_tracker()
+            self._remove_limit_counts()
             raise
         self.started = True
         log.info(
@@ -182,7 +198,16 @@ class Supervisor:
         if self._http is not None:
             self._http.close()
         _stop_resource_tracker()
+        self._remove_limit_counts()
         log.info("gateway.stopped", workers=len(self.slots))
+
+    def _remove_limit_counts(self) -> None:
+        """The table lives in /dev/shm: remove it once no worker maps it."""
+        if self.limit_counts is not None:
+            self.limit_counts.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.limit_counts.path)
+            self.limit_counts = None
 
     async def _stop_workers(self, grace_s: float) -> None:
         """SIGTERM every worker (each drains its connections), SIGKILL after grace_s."""
@@ -202,9 +227,10 @@ class Supervisor:
     # -- workers -----------------------------------------------------------------------
     def _start_worker(self, slot: Slot) -> None:
         receive, send = self._context.Pipe(duplex=False)
+        limits_path = self.limit_counts.path if self.limit_counts is not None else None
         process = self._context.Process(
             target=run_worker,
-            args=(self.config, slot.index, len(self.slots), os.getpid(), send),
+            args=(self.config, slot.index, len(self.slots), os.getpid(), send, limits_path),
             name=f"kafka-gateway-worker-{slot.index}",
         )
         process.start()
@@ -262,6 +288,11 @@ class Supervisor:
             slot.restart_delay_s = 0.1
         self.merger.retire(slot.last_metrics)
         slot.last_metrics = {}
+        released = 0
+        if self.limit_counts is not None:
+            # The kernel closed the dead worker's sockets; its counts must go too, or
+            # its connections would hold cap slots for ever.
+            released = self.limit_counts.clear_worker(slot.index)
         slot.ready = False
         if slot.conn is not None:
             slot.conn.close()
@@ -275,6 +306,7 @@ class Supervisor:
             pid=slot.process.pid,
             exit=_how(slot.process.exitcode),
             lived_s=round(lived_s, 1),
+            connections_released=released,
             action=f"restarting in {slot.restart_delay_s:.1f}s; the other workers keep serving",
         )
 
@@ -350,8 +382,10 @@ class Supervisor:
             if body is None:
                 return []
             entries: list[dict[str, Any]] = json.loads(body)
+            pid = slot.process.pid if slot.process is not None else None
             for entry in entries:
                 entry["worker"] = slot.index
+                entry["worker_pid"] = pid
             return entries
 
         parts = await asyncio.gather(*(read(s) for s in self.slots))
@@ -405,7 +439,14 @@ def _how(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def run_worker(config: Config, index: int, count: int, parent_pid: int, conn: Connection) -> None:
+def run_worker(
+    config: Config,
+    index: int,
+    count: int,
+    parent_pid: int,
+    conn: Connection,
+    limits_path: str | None = None,
+) -> None:
     """A worker process's main (the target multiprocessing spawns)."""
     import structlog
     import uvloop
@@ -420,7 +461,7 @@ def run_worker(config: Config, index: int, count: int, parent_pid: int, conn: Co
     def ready(http_port: int | None) -> None:
         conn.send(("ready", http_port))
 
-    gateway = Gateway(config, worker=WorkerRole(index, count, parent_pid, ready))
+    gateway = Gateway(config, worker=WorkerRole(index, count, parent_pid, ready, limits_path))
     try:
         uvloop.run(gateway.serve_forever())
     except FeatureStartupError as exc:  # ZooKeeper unreachable at this worker's start

@@ -22,6 +22,9 @@ class WorkerRole:
     # (127.0.0.1; the supervisor reads /metrics, /connections and /readyz there), or
     # None when the gateway has no metrics_listen.
     ready: Callable[[int | None], None]
+    # The supervisor's shared connection-limits table (``limit_counts.SharedCounts``);
+    # None when no cap or creation rate is configured (nothing to share).
+    limits_path: str | None = None
 
     def orphaned(self) -> bool:
         return os.getppid() != self.parent_pid

@@ -59,6 +59,8 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_connections_refused": ("counter", ["reason"]),
     "kafka_gateway_connections_closed": ("counter", ["reason"]),
     "kafka_gateway_client_reads_paused": ("counter", []),
+    "kafka_gateway_connections_throttled": ("counter", []),
+    "kafka_gateway_client_software_labels_overflow": ("counter", []),
     "kafka_gateway_queued_bytes": ("gauge", []),
     "kafka_gateway_config_reloads": ("counter", ["result"]),
     "kafka_gateway_info": (
