@@ -370,11 +370,18 @@ class Upstream:
         self.responder: responder.Responder | None = None
         self.broker: Service | None = None
         if self.kind == "responder":
-            self.responder = responder.start(10, args.responder_procs)
+            self.responder = responder.start(args.partitions, args.responder_procs)
             stack.callback(self.responder.stop)
             self.port = self.responder.port
-            self.frame = responder.describe_groups_request(0)
-            self.label = "DescribeGroups v0 (forwarded untouched)"
+            if args.request == "metadata":
+                self.frame = responder.metadata_request(1)
+                size = responder.ceiling(self.port, 0.2)[1]
+                self.label = (
+                    f"Metadata v1, {args.partitions} partitions, {size:,} bytes (rewritten)"
+                )
+            else:
+                self.frame = responder.describe_groups_request(0)
+                self.label = "DescribeGroups v0 (forwarded untouched)"
         else:
             port = free_port()
             url = f"tcp://{LOOPBACK}:{port}"
@@ -704,7 +711,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def print_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    print(f"\n=== upstream {args.upstream}, depth {args.depth}, N = {args.workers} ===")
+    request = args.request if args.upstream == "responder" else "listoffsets"
+    print(f"\n=== upstream {args.upstream}, {request}, depth {args.depth}, N = {args.workers} ===")
     print(
         f"{'conns':>5} {'path':<12} {'req/s':>10} {'MB/s':>7} {'proxy µs/req':>13} "
         f"{'proxy cores':>11} {'upstream':>9} {'client':>7} {'other':>6}"
@@ -754,6 +762,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=2.0, help="counted window per measurement")
     p.add_argument("--warmup", type=float, default=0.5, help="+ connections/4000 s")
     p.add_argument("--upstream", choices=("responder", "tansu"), default="responder")
+    p.add_argument(
+        "--request",
+        choices=("describegroups", "metadata"),
+        default="describegroups",
+        help="responder only: DescribeGroups v0 (small, forwarded untouched) or Metadata v1"
+        " of --partitions partitions (large, its addresses rewritten by the gateway)",
+    )
+    p.add_argument("--partitions", type=int, default=1000, help="responder's Metadata size")
     p.add_argument("--paths", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
     p.add_argument("--client-procs", type=int, default=max(1, min(4, cpus // 2)))
     p.add_argument("--responder-procs", type=int, default=cpus)
