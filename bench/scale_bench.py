@@ -118,7 +118,6 @@ class _Client(asyncio.Protocol):
         self.expect = 0
         self.next_id = 0
         self.transport: asyncio.Transport | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -175,8 +174,6 @@ class _Client(asyncio.Protocol):
             _Totals.first_error = _Totals.first_error or f"connection lost: {exc}"
         if self.answered is not None and not self.answered.done():
             self.answered.set_exception(ConnectionError(f"closed before answering: {exc}"))
-        if not self.lost.done():
-            self.lost.set_result(None)
 
 
 def _generator(port: int, frame: bytes, cpus: set[int] | None, pipe: Connection) -> None:
@@ -221,7 +218,7 @@ def _generator(port: int, frame: bytes, cpus: set[int] | None, pipe: Connection)
         while True:
             command = await loop.run_in_executor(None, pipe.recv)
             if command[0] == "connect":
-                errors = [e for e in await asyncio.gather(*(open_one() for _ in range(command[1])))]
+                errors = await asyncio.gather(*(open_one() for _ in range(command[1])))
                 failed = [e for e in errors if e is not None]
                 pipe.send(("connected", len(errors) - len(failed), len(failed), failed[:1]))
             elif command[0] == "run":
@@ -260,7 +257,6 @@ class LoadGenerator:
             theirs.close()
             self.pipes.append(ours)
             self.procs.append(proc)
-        self.open = 0
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.pid is not None]
@@ -281,7 +277,6 @@ class LoadGenerator:
         shares = [count // n + (1 if i < count % n else 0) for i in range(n)]
         answers = self._ask([("connect", s) for s in shares], 120 + count / 100)
         ok = sum(a[1] for a in answers)
-        self.open += ok
         return ok, sum(a[2] for a in answers), [e for a in answers for e in a[3]]
 
     def start_run(self, depth: int, t_start: float, t_end: float) -> None:
