@@ -674,9 +674,21 @@ def _wait_ready(service: Service) -> None:
     )
 
 
-def haproxy_config(port: int, upstream: int) -> str:
+def haproxy_exe() -> str | None:
+    """The haproxy binary, or None when it is not installed."""
+    found = shutil.which("haproxy")
+    if found is None and Path("/usr/sbin/haproxy").exists():
+        found = "/usr/sbin/haproxy"
+    return found
+
+
+def haproxy_config(
+    port: int, upstream: int, maxconn: int = 256, nbthread: int | None = None
+) -> str:
+    """``mode tcp`` relay; ``nbthread`` None: haproxy's default (one thread per CPU)."""
+    threads = f"\n    nbthread {nbthread}" if nbthread else ""
     return f"""global
-    maxconn 256
+    maxconn {maxconn}{threads}
 defaults
     mode tcp
     timeout connect 5s
@@ -1014,6 +1026,36 @@ def measurement_steps(
     )
 
 
+def gateway_argv(port: int, upstream: int, extra: list[str]) -> list[str]:
+    """``python -m gateway`` listening on ``port`` in front of ``upstream`` (loopback)."""
+    return [
+        sys.executable,
+        "-m",
+        "gateway",
+        "--listen",
+        f"{LOOPBACK}:{port}",
+        "--upstream",
+        f"{LOOPBACK}:{upstream}",
+        "--advertised-host",
+        LOOPBACK,
+        *extra,
+    ]
+
+
+def tansu_proxy_argv(bin_path: str, port: int, origin: int) -> list[str]:
+    url = f"tcp://{LOOPBACK}:{port}"
+    return [
+        bin_path,
+        "proxy",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--origin-url",
+        f"tcp://{LOOPBACK}:{origin}",
+    ]
+
+
 def _start_paths(
     stack: Stack, args: argparse.Namespace, broker: Service, notes: dict[str, str]
 ) -> dict[str, Service | None]:
@@ -1025,23 +1067,10 @@ def _start_paths(
         port = free_port()
         try:
             if path == "gateway":
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "gateway",
-                    "--listen",
-                    f"{LOOPBACK}:{port}",
-                    "--upstream",
-                    f"{LOOPBACK}:{broker.port}",
-                    "--advertised-host",
-                    LOOPBACK,
-                    *args.gateway_arg,
-                ]
+                argv = gateway_argv(port, broker.port, args.gateway_arg)
                 started[path] = stack.start(path, argv, port, cwd=REPO_ROOT)
             elif path == "haproxy":
-                exe = shutil.which("haproxy") or (
-                    "/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None
-                )
+                exe = haproxy_exe()
                 if exe is None:
                     notes[path] = "haproxy is not installed (apt-get install haproxy)"
                     continue
@@ -1049,17 +1078,7 @@ def _start_paths(
                 cfg.write_text(haproxy_config(port, broker.port))
                 started[path] = stack.start(path, [exe, "-f", str(cfg), "-db"], port)
             elif path == "tansu-proxy":
-                url = f"tcp://{LOOPBACK}:{port}"
-                argv = [
-                    bin_path,
-                    "proxy",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--origin-url",
-                    f"tcp://{LOOPBACK}:{broker.port}",
-                ]
+                argv = tansu_proxy_argv(bin_path, port, broker.port)
                 started[path] = stack.start(path, argv, port)
         except (BenchError, OSError) as exc:
             notes[path] = f"did not start: {exc}"

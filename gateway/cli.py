@@ -275,9 +275,18 @@ def run(config: Config) -> int:
     from .features.store import ZOOKEEPER_ENV
     from .server.app import Gateway
     from .server.embedded import EmbeddedError, LocalStack, default_workdir
+    from .server.fdlimit import raise_open_files_limit
     from .server.features import FeatureStartupError
 
     log = get_logger("gateway")
+    before, after = raise_open_files_limit()
+    # Two descriptors per client connection (its own and its upstream's), per process.
+    log.info(
+        "gateway.open_files_limit",
+        limit=after,
+        raised_from=before if after != before else None,
+        clients_per_process_at_most=after // 2,
+    )
     stack: LocalStack | None = None
     if config.upstream is None:
         stack = LocalStack(default_workdir())
