@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="worker processes, each serving every listener (SO_REUSEPORT); 1 runs a "
-        "single process [the CPUs this process may run on]",
+        "single process [the CPUs this process may use: its affinity, capped by a "
+        "cgroup CPU quota]",
     )
     tls = p.add_argument_group("TLS ([tls] and [upstream_tls] in the config file)")
     tls.add_argument("--tls-cert", metavar="PEM", help="serve clients TLS with this certificate")

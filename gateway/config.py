@@ -8,13 +8,13 @@ the gateway reads files, flags or the environment for settings.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .cpus import usable_cpus
 from .features.catalogue import CatalogueError, load_catalogue
 from .principal import PrincipalRuleError, parse_rules
 from .protocol import DEFAULT_MAX_FRAME_BYTES
@@ -183,8 +183,9 @@ class Config:
     max_client_software_labels: int = 1000
     # -- processes (issue 12) ----------------------------------------------------------
     # Worker processes, each accepting on every listener; 1 is a single process with no
-    # supervisor. Default: the CPUs this process may run on (its affinity, so a
-    # container's cpuset or `taskset` counts, not the host's core count).
+    # supervisor. Default: the CPUs this process may use: its affinity (a container's
+    # cpuset or `taskset`), capped by a cgroup CPU quota (a Kubernetes CPU limit), not
+    # the host's core count (gateway/cpus.py).
     workers: int = field(default_factory=lambda: default_workers())
 
     @property
@@ -211,7 +212,7 @@ class Config:
 
 
 def default_workers() -> int:
-    return len(os.sched_getaffinity(0))
+    return usable_cpus()
 
 
 MAX_WORKERS = 512
