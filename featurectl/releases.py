@@ -1,0 +1,82 @@
+"""Apache Kafka's default feature levels per release (``--release-version``,
+``version-mapping``, ``feature-dependencies``), as ``kafka-features.sh`` knows them.
+
+The table is data (``data/kafka_feature_levels.json``, its source cited inside), so a
+new Kafka release is one more JSON line, not code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+METADATA_VERSION = "metadata.version"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseTable:
+    source: str
+    releases: dict[str, dict[str, int]]
+    # feature -> level -> {feature it needs: minimum level}
+    dependencies: dict[str, dict[int, dict[str, int]]]
+
+    def levels(self, release: str) -> dict[str, int]:
+        """The feature levels Kafka ``release`` ships with ("4.0" or "4.0.1": patch
+        releases ship their minor release's levels). KeyError names the known ones."""
+        parts = release.strip().split(".")
+        minor = ".".join(parts[:2])
+        if len(parts) > 3 or not all(p.isdigit() for p in parts) or minor not in self.releases:
+            raise KeyError(
+                f"unknown Apache Kafka release {release!r}; known: {', '.join(self.releases)}"
+            )
+        return dict(self.releases[minor])
+
+    def needs(self, feature: str, level: int) -> dict[str, int]:
+        return dict(self.dependencies.get(feature, {}).get(level, {}))
+
+
+@cache
+def release_table() -> ReleaseTable:
+    text = resources.files("featurectl").joinpath("data/kafka_feature_levels.json").read_text()
+    doc: dict[str, Any] = json.loads(text)
+    return ReleaseTable(
+        source=doc["source"],
+        releases={r: dict(levels) for r, levels in doc["releases"].items()},
+        dependencies={
+            feature: {int(level): dict(needs) for level, needs in per_level.items()}
+            for feature, per_level in doc["dependencies"].items()
+        },
+    )
+
+
+def release_updates(
+    release_levels: dict[str, int], known: set[str], current: dict[str, int], command: str
+) -> tuple[dict[str, int], list[str]]:
+    """(features to set for an upgrade/downgrade to a release, notes on what was skipped).
+
+    Only features the gateways gate (``known``: the catalogue, what a gateway supports or
+    what is finalized) are set; ``metadata.version`` and other KRaft-only levels are
+    skipped with a note. A feature already at its release level is left alone (the
+    ZooKeeper-mode rules refuse a no-op update), and so is one the command's direction
+    would not move: ``upgrade`` raises, ``downgrade`` lowers.
+    """
+    updates: dict[str, int] = {}
+    notes: list[str] = []
+    for feature, level in sorted(release_levels.items()):
+        now = current.get(feature, 0)
+        if feature not in known:
+            notes.append(f"{feature}={level} skipped: not a feature the gateways gate")
+        elif level == now:
+            continue
+        elif (level > now) == (command == "finalize"):
+            updates[feature] = level
+        else:
+            direction = "downgrade" if level < now else "upgrade"
+            notes.append(f"{feature} stays at {now} (the release has {level}; use {direction})")
+    return updates, notes
+
+
+__all__ = ["METADATA_VERSION", "ReleaseTable", "release_table", "release_updates"]
