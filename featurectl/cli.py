@@ -26,7 +26,7 @@ import socket
 import sys
 import textwrap
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 
 from kazoo.exceptions import (
@@ -174,8 +174,9 @@ examples:
 
 --release-version/--metadata VERSION sets every feature the gateways gate to the level
 that Apache Kafka release ships with (featurectl version-mapping shows them); features
-only KRaft has (metadata.version) are skipped with a note on stderr, and so are
-features the release has at the level they are already at.
+no live gateway can serve (metadata.version, which only KRaft has, or what the brokers
+behind the gateways lack) are skipped with a note on stderr, and so are features the
+release has at the level they are already at.
 
 output: one line per change ("group.version: 0 → 1"), then "epoch: 3 → 4".
 
@@ -809,6 +810,14 @@ def _operator(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _servable(finalized: Finalized, *supported: Mapping[str, tuple[int, int]]) -> set[str]:
+    """Features --release-version may set: finalized ones, or ones a gateway can serve."""
+    known = set(finalized.levels)
+    for ranges in supported:
+        known |= {name for name, (_, high) in ranges.items() if high >= 1}
+    return known
+
+
 def _requested_updates(
     args: argparse.Namespace, finalized: Finalized, known: set[str]
 ) -> list[FeatureUpdate]:
@@ -851,9 +860,7 @@ def _update(args: argparse.Namespace) -> int:
         with _store(args) as store:
             finalized = store.read()
             supported = store.supported_by_gateway()
-            known = set(load_catalogue()) | set(finalized.levels)
-            for ranges in supported.values():
-                known |= set(ranges)
+            known = _servable(finalized, *supported.values())
             updates = _requested_updates(args, finalized, known)
             if not updates:
                 return _nothing_to_change(args)
@@ -893,7 +900,7 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
     with _kafka(args) as client:
         described = client.describe()
         finalized = described.finalized
-        known = set(load_catalogue()) | set(described.supported) | set(finalized.levels)
+        known = _servable(finalized, described.supported)
         updates = _requested_updates(args, finalized, known)
         if not updates:
             return None

@@ -57,9 +57,10 @@ def release_updates(
 ) -> tuple[dict[str, int], list[str]]:
     """(features to set for an upgrade/downgrade to a release, notes on what was skipped).
 
-    Only features the gateways gate (``known``: the catalogue, what a gateway supports or
-    what is finalized) are set; ``metadata.version`` and other KRaft-only levels are
-    skipped with a note. A feature already at its release level is left alone (the
+    Only features the gateways can serve (``known``: those some live gateway supports at
+    level 1 or more, and those finalized) are set; the rest (``metadata.version``, which
+    only KRaft has, or a feature the brokers behind the gateways lack) are skipped with a
+    note. A feature already at its release level is left alone (the
     ZooKeeper-mode rules refuse a no-op update), and so is one the command's direction
     would not move: ``upgrade`` raises, ``downgrade`` lowers.
     """
@@ -68,7 +69,7 @@ def release_updates(
     for feature, level in sorted(release_levels.items()):
         now = current.get(feature, 0)
         if feature not in known:
-            notes.append(f"{feature}={level} skipped: not a feature the gateways gate")
+            notes.append(f"{feature}={level} skipped: no live gateway supports {feature}")
         elif level == now:
             continue
         elif (level > now) == (command == "finalize"):
