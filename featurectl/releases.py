@@ -32,7 +32,10 @@ class ReleaseTable:
             raise KeyError(
                 f"unknown Apache Kafka release {release!r}; known: {', '.join(self.releases)}"
             )
-        return dict(self.releases[minor])
+        # A feature a release does not ship yet is at level 0 there (as version-mapping
+        # prints it), so a downgrade to that release disables it.
+        everything = {name for levels in self.releases.values() for name in levels}
+        return {name: 0 for name in everything} | self.releases[minor]
 
     def needs(self, feature: str, level: int) -> dict[str, int]:
         return dict(self.dependencies.get(feature, {}).get(level, {}))
@@ -69,7 +72,8 @@ def release_updates(
     for feature, level in sorted(release_levels.items()):
         now = current.get(feature, 0)
         if feature not in known:
-            notes.append(f"{feature}={level} skipped: no live gateway supports {feature}")
+            if level > 0:
+                notes.append(f"{feature}={level} skipped: no live gateway supports {feature}")
         elif level == now:
             continue
         elif (level > now) == (command == "finalize"):
