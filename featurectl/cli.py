@@ -140,7 +140,7 @@ examples:
   featurectl describe --zookeeper zk-0:2181
   featurectl describe --feature group.version --output json
   featurectl --bootstrap-server gw-0:9092 describe
-  featurectl describe --bootstrap-server gw-0:9093 --command-config admin.properties
+  (TLS/SASL listeners: add --command-config admin.properties, keys below)
 
 columns:
   SupportedMinVersion  the levels EVERY live gateway supports: the highest minimum
@@ -839,7 +839,10 @@ def _requested_updates(
 
 
 def _nothing_to_change(args: argparse.Namespace) -> int:
-    message = f"nothing to change: every feature is at its {args.release_version} level"
+    message = (
+        f"nothing to change: no feature the gateways serve is below (upgrade) or above "
+        f"(downgrade) its Apache Kafka {args.release_version} level"
+    )
     if args.output == "json":
         print(json.dumps({"command": args.command, "ok": True, "changes": []}, indent=2))
     print(message, file=sys.stderr)
