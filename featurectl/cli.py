@@ -780,7 +780,8 @@ def _print_described_by_gateway(
 ) -> int:
     """describe --bootstrap-server: the same table and JSON keys; instead of the live
     gateways (only ZooKeeper knows them all), the gateway that answered."""
-    software = " ".join(described.broker_software or ("unknown",))
+    name, version = described.broker_software or ("unknown", "unknown")
+    software = "unknown" if name == version == "unknown" else f"{name} {version}"
     if args.output == "json":
         document = describe_document(finalized, rows, [])
         document["answered_by"] = {"bootstrap_server": args.bootstrap_server, "broker": software}
