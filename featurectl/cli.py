@@ -725,6 +725,8 @@ def _describe(args: argparse.Namespace) -> int:
     if args.bootstrap_server is not None:
         with _kafka(args) as client:
             described = client.describe()
+            # As Kafka's tools: log in before anything else, so bad credentials show.
+            client.authenticate()
         finalized = described.finalized
         # The answering gateway stands in for "every live gateway": over the protocol it
         # is the only one whose support featurectl can see.
@@ -903,6 +905,7 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
     """
     with _kafka(args) as client:
         described = client.describe()
+        client.authenticate()
         finalized = described.finalized
         known = _servable(finalized, described.supported)
         updates = _requested_updates(args, finalized, known)
@@ -914,7 +917,6 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
                 EXIT_REJECTED,
                 f"{args.bootstrap_server} does not offer UpdateFeatures (key 57); use --zookeeper",
             )
-        client.authenticate()
         if versions[1] >= 1:
             results, _, _ = client.update_features(1, updates, validate_only=True)
         else:

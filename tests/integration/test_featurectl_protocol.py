@@ -20,9 +20,11 @@ from gateway.features.store import FeatureStore
 from gateway.features.znode import Finalized
 from tests.conftest import GatewayFactory, skip_if_external_broker
 from tests.harness import GatewayProcess, ZooKeeperProcess, free_port
-from tests.integration.conftest import CHROOT
+from tests.integration.conftest import CHROOT, Pki
 from tests.integration.test_featurectl import assert_ok, featurectl
 from tests.integration.test_features import start_gateway, wait_for
+from tests.integration.test_sasl import USERS as SASL_USERS
+from tests.integration.test_sasl import FakeSaslBroker
 
 # group.version is one of Kafka's (so --release-version moves it); test.version is not.
 # The levels gate versions the session broker (Tansu) serves, so both gateways can
@@ -195,3 +197,97 @@ def test_an_unreachable_bootstrap_server_is_a_one_line_usage_error() -> None:
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: cannot connect to {address}: ")
     assert len(result.stderr.splitlines()) == 1
+
+
+# -- --command-config: TLS and SASL ---------------------------------------------------
+
+
+def _properties(tmp_path: Path, name: str, **props: str) -> str:
+    path = tmp_path / f"{name}.properties"
+    path.write_text("".join(f"{key.replace('_', '.')}={value}\n" for key, value in props.items()))
+    return str(path)
+
+
+def test_mutual_tls_principal_is_what_the_gateway_authorizes(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+    pki: Pki,
+) -> None:
+    """security.protocol=SSL with a client certificate: the gateway maps its subject to
+    User:kafka-client, which may update; the same client without a certificate may not."""
+    config = (
+        '[tls]\nprincipal_mapping_rules = "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT"\n'
+        '[features]\nupdate_allowed_principals = ["User:kafka-client"]\n'
+    )
+    tls = ("--tls-cert", pki.server, "--tls-ca", pki.ca, "--tls-client-auth", "requested")
+    path = tmp_path / "gateway.toml"
+    path.write_text(config)
+    gw = start_gateway(
+        gateway_factory, zookeeper, tmp_path, "gw-a", CATALOGUE, "--config", str(path), *tls
+    )
+    wait_for(lambda: store.registrations(), what="registration")
+    bootstrap = ("--bootstrap-server", f"localhost:{gw.port}")
+    with_cert = _properties(
+        tmp_path,
+        "with-cert",
+        security_protocol="SSL",
+        ssl_ca_location=pki.ca,
+        ssl_certificate_location=pki.client_cert,
+        ssl_key_location=pki.client_key,
+    )
+    without_cert = _properties(tmp_path, "no-cert", security_protocol="SSL",
+                               ssl_ca_location=pki.ca)  # fmt: skip
+    update = ("finalize", "--feature", "test.version=1")
+
+    refused = featurectl(*bootstrap, "--command-config", without_cert, *update)
+    assert refused.returncode == 1
+    assert "principal User:ANONYMOUS is not in features.update_allowed_principals" in (
+        refused.stderr
+    )
+    assert store.read() == Finalized({}, -1)
+
+    done = featurectl(*bootstrap, "--command-config", with_cert, *update)
+    assert_ok(done)
+    assert store.read() == Finalized({"test.version": 1}, 0)
+
+    # Not trusting the gateway's CA is a connection failure (exit 2), not a refusal.
+    untrusting = _properties(tmp_path, "other-ca", security_protocol="SSL",
+                             ssl_ca_location=pki.other_ca)  # fmt: skip
+    failed = featurectl(*bootstrap, "--command-config", untrusting, "describe")
+    assert failed.returncode == 2
+    assert failed.stderr.startswith(f"error: TLS handshake with localhost:{gw.port} failed")
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_login_through_the_gateway_with_command_config(
+    gateway_factory: GatewayFactory, tmp_path: Path, mechanism: str
+) -> None:
+    """SASL_PLAINTEXT: featurectl logs in (the gateway passes SASL to the broker, a
+    SASL-only fake here, as Tansu has none) before describing; a wrong password is a
+    connection failure naming the broker's reason."""
+    broker = FakeSaslBroker(handshake_max=1)
+    try:
+        gw = gateway_factory(upstream=broker.address)
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="alice" password="{SASL_USERS["alice"]}";'
+        )
+        good = _properties(tmp_path, "good", security_protocol="SASL_PLAINTEXT",
+                           sasl_mechanism=mechanism, sasl_jaas_config=jaas)  # fmt: skip
+        bad = _properties(tmp_path, "bad", security_protocol="SASL_PLAINTEXT",
+                          sasl_mechanism=mechanism, sasl_username="alice",
+                          sasl_password="wrong")  # fmt: skip
+        bootstrap = ("--bootstrap-server", f"127.0.0.1:{gw.port}")
+
+        assert_ok(featurectl(*bootstrap, "--command-config", good, "describe"))
+        (session,) = broker.authenticated_sessions()
+        assert (session.handshakes, session.logins) == ([(1, mechanism)], ["alice"])
+
+        failed = featurectl(*bootstrap, "--command-config", bad, "describe")
+        assert failed.returncode == 2
+        assert failed.stderr.startswith(f"error: SASL authentication with 127.0.0.1:{gw.port}")
+        assert len(broker.authenticated_sessions()) == 1
+    finally:
+        broker.close()
