@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from featurectl import cli
+from featurectl.features import Outcome, answered_plan, feature_updates, outcome_lines
 from featurectl.kafka import (
     ClientConfig,
     CommandConfigError,
+    KafkaClientError,
     ScramClient,
     client_config,
     load_command_config,
@@ -21,6 +23,8 @@ from featurectl.kafka import (
     read_properties,
 )
 from featurectl.releases import release_table, release_updates
+from gateway.features.validation import UpdateResult
+from gateway.features.znode import Finalized
 
 
 def parsed(*argv: str) -> object:
@@ -183,8 +187,6 @@ def test_scram_sha_256_matches_the_rfc_7677_example() -> None:
 
 
 def test_scram_refuses_a_server_that_does_not_prove_the_password() -> None:
-    from featurectl.kafka import KafkaClientError
-
     client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="abc")
     client.final(b"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
     with pytest.raises(KafkaClientError, match="signature does not match"):
@@ -241,4 +243,31 @@ def test_version_mapping_and_feature_dependencies_print_kafkas_tables(
     assert capsys.readouterr().out == (
         "eligible.leader.replicas.version=1 requires:\n    metadata.version=23\n"
         "group.version=1 has no dependencies.\n"
+    )
+
+
+# -- a gateway's UpdateFeatures answer as a plan -----------------------------------------
+
+
+def test_answered_plan_prints_like_a_zookeeper_plan_and_needs_every_result_ok() -> None:
+    finalized = Finalized({"group.version": 1}, 4)
+    updates = feature_updates("downgrade", [("group.version", 0), ("test.version", 1)])
+    ok = answered_plan("downgrade", finalized, updates, [UpdateResult("group.version"),
+                                                         UpdateResult("test.version")])  # fmt: skip
+    assert ok.ok and ok.target == {"test.version": 1}
+    assert outcome_lines(Outcome(ok, new_epoch=5)) == (
+        ["group.version: 1 → 0", "test.version: 0 → 1", "epoch: 4 → 5"],
+        [],
+    )
+    refused = UpdateResult("test.version", 31, "UpdateFeatures through kafka-gateway is refused")
+    partial = answered_plan(
+        "downgrade", finalized, updates, [UpdateResult("group.version"), refused]
+    )
+    assert not partial.ok
+    assert outcome_lines(Outcome(partial)) == (
+        [],
+        [
+            "error: test.version: UpdateFeatures through kafka-gateway is refused",
+            "nothing written: featurectl applies every update or none",
+        ],
     )
