@@ -8,6 +8,7 @@ new Kafka release is one more JSON line, not code.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -25,8 +26,9 @@ class ReleaseTable:
 
     def levels(self, release: str) -> dict[str, int]:
         """The feature levels Kafka ``release`` ships with ("4.0" or "4.0.1": patch
-        releases ship their minor release's levels). KeyError names the known ones."""
-        parts = release.strip().split(".")
+        releases ship their minor release's levels; "4.0-IV3", the form kafka-features.sh
+        also takes, means its release). KeyError names the known ones."""
+        parts = re.sub(r"-IV\d+$", "", release.strip()).split(".")
         minor = ".".join(parts[:2])
         if len(parts) > 3 or not all(p.isdigit() for p in parts) or minor not in self.releases:
             raise KeyError(

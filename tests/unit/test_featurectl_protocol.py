@@ -208,7 +208,7 @@ def test_release_table_gives_each_releases_levels_patch_releases_included() -> N
         "share.version": 0,
         "streams.version": 0,
     }
-    assert table.levels("4.0.1") == table.levels("4.0")
+    assert table.levels("4.0.1") == table.levels("4.0") == table.levels("4.0-IV3")
     assert table.levels("3.9")["metadata.version"] == 21
     assert "MetadataVersion.java" in table.source
     with pytest.raises(KeyError, match=r"known: 3\.3, 3\.4"):
