@@ -6,8 +6,6 @@ fields a kafka-gateway adds; a plain Kafka broker has none and shows as "-".
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import dataclass
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -19,9 +17,9 @@ from gateway.interceptors.api_versions import (
     SoftwareTags,
     read_broker_software,
 )
-from gateway.protocol import frame
+from gateway.protocol import API_VERSIONS
 
-_INT32 = struct.Struct(">i")
+from .kafka import ClientConfig, KafkaClient, KafkaClientError
 
 
 @dataclass(frozen=True)
@@ -32,28 +30,13 @@ class BrokerSoftwareRow:
     error: str | None = None
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed before the response was complete")
-        chunks += chunk
-    return bytes(chunks)
-
-
 def api_versions_payload(address: str, timeout: float = 5.0) -> bytes:
-    """One ApiVersions v3 round trip; the response payload (header v0 + body)."""
-    host, _, port = address.rpartition(":")
+    """One ApiVersions v3 round trip over a plaintext connection; the response body."""
     body = encode_request(
         ApiVersionsRequest(client_software_name="featurectl", client_software_version=__version__)
     )
-    client_id = b"featurectl"
-    header = struct.pack(">hhih", 18, 3, 1, len(client_id)) + client_id + b"\x00"
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
-        sock.sendall(frame(header + body))
-        (size,) = _INT32.unpack(_recv_exact(sock, 4))
-        return _recv_exact(sock, size)
+    with KafkaClient(address, ClientConfig(), timeout) as client:
+        return client.roundtrip(API_VERSIONS, 3, body)
 
 
 def describe_brokers(
@@ -63,7 +46,7 @@ def describe_brokers(
     for address in addresses:
         try:
             payload = api_versions_payload(address, timeout)
-        except (OSError, ValueError) as exc:
+        except (KafkaClientError, ValueError) as exc:
             rows.append(BrokerSoftwareRow(address, None, None, str(exc)))
             continue
         found = read_broker_software(payload, tags=tags)

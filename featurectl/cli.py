@@ -7,6 +7,11 @@ The feature commands (KIP-584) only wire I/O: read the finalized levels and the 
 gateway registrations from ZooKeeper (``gateway.features.store``), let
 ``featurectl.features`` compute rows or validate the update, print, and write with a
 compare-and-set on the epoch that was read.
+
+With ``--bootstrap-server`` the same commands go through any gateway over the Kafka
+protocol instead, as ``kafka-features.sh`` does (``featurectl.kafka``): describe is an
+ApiVersions v4 request, changes are UpdateFeatures requests, and the output and exit
+codes are the same.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import socket
 import sys
 import textwrap
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 
 from kazoo.exceptions import (
@@ -46,11 +51,15 @@ from gateway.features.store import (
     make_client,
     normalize_chroot,
 )
-from gateway.features.znode import ZNodeError
+from gateway.features.validation import FeatureUpdate, validate_updates
+from gateway.features.znode import Finalized, Registration, ZNodeError
 from gateway.observability.logging import configure_logging
 
 from .features import (
+    COMMANDS,
+    FeatureRow,
     Outcome,
+    answered_plan,
     describe_document,
     describe_rows,
     feature_updates,
@@ -60,7 +69,19 @@ from .features import (
     outcome_lines,
     plan_updates,
 )
+from .kafka import (
+    SUPPORTED_KEYS,
+    ClientConfig,
+    CommandConfigError,
+    Described,
+    KafkaClient,
+    KafkaClientError,
+    load_command_config,
+    split_address,
+    update_features_range,
+)
 from .plan.commands import add_subcommands as add_planner_subcommands
+from .releases import release_table, release_updates
 
 EXIT_OK = 0
 EXIT_REJECTED = 1
@@ -74,8 +95,25 @@ _EXIT_CODES = """\
 exit codes:
   0  ok
   1  rejected: the request was answered but refused or failed (invalid level, a
-     gateway that cannot serve it, a concurrent change, not authorized by ZooKeeper)
-  2  usage error, or ZooKeeper unreachable"""
+     gateway that cannot serve it, a concurrent change, not authorized by ZooKeeper or,
+     with --bootstrap-server, by the gateway: its error text is printed)
+  2  usage error, or ZooKeeper / the --bootstrap-server gateway unreachable"""
+
+_KAFKA_CONNECTION = "\n".join(
+    [
+        "kafka protocol (--bootstrap-server HOST:PORT, before or after the command word):",
+        "  describe reads ApiVersions (SupportedFeatures, FinalizedFeatures, their epoch) from",
+        "  that one gateway; finalize/downgrade/disable send UpdateFeatures to it, and the",
+        "  gateway validates and writes exactly as the ZooKeeper path does (--dry-run uses",
+        "  UpdateFeatures v1 ValidateOnly). The gateway must allow the client",
+        "  (features.update_allowed_from / update_allowed_principals), else exit 1 with its",
+        "  error text. The ZooKeeper path sees more: every live gateway's registration",
+        "  (LimitedBy, the gateways table) and a compare-and-set on the epoch; over the",
+        "  protocol, SupportedMin/MaxVersion are the answering gateway's own ranges.",
+        "  --command-config FILE is a Kafka client properties file; keys honoured:",
+        *(f"    {key}\n        {what}" for key, what in SUPPORTED_KEYS.items()),
+    ]
+)
 
 _CONNECTION = f"""\
 connection:
@@ -101,6 +139,8 @@ _DESCRIBE_EPILOG = f"""\
 examples:
   featurectl describe --zookeeper zk-0:2181
   featurectl describe --feature group.version --output json
+  featurectl --bootstrap-server gw-0:9092 describe
+  (TLS/SASL listeners: add --command-config admin.properties, keys below)
 
 columns:
   SupportedMinVersion  the levels EVERY live gateway supports: the highest minimum
@@ -121,18 +161,30 @@ json (--output json): one document on stdout
 
 {_CONNECTION}
 
+{_KAFKA_CONNECTION}
+
 {_EXIT_CODES}"""
 
 _FINALIZE_EPILOG = f"""\
 examples:
   featurectl finalize --zookeeper zk-0:2181 --feature group.version=1
   featurectl finalize --feature transaction.version=2 --feature share.version=1 --dry-run
+  featurectl --bootstrap-server gw-0:9092 upgrade --feature group.version=1
+  featurectl --bootstrap-server gw-0:9092 upgrade --release-version 4.0 --dry-run
+
+--release-version/--metadata VERSION sets every feature the gateways gate to the level
+that Apache Kafka release ships with (featurectl version-mapping shows them); features
+no live gateway can serve (metadata.version, which only KRaft has, or what the brokers
+behind the gateways lack) are skipped with a note on stderr, and so are features the
+release has at the level they are already at.
 
 output: one line per change ("group.version: 0 → 1"), then "epoch: 3 → 4".
 
 {_UPDATE_JSON}
 
 {_CONNECTION}
+
+{_KAFKA_CONNECTION}
 
 {_EXIT_CODES}"""
 
@@ -141,10 +193,13 @@ examples:
   featurectl downgrade --feature transaction.version=1 --allow-downgrade
   featurectl downgrade --feature group.version=0 --allow-downgrade   # same as disable
   featurectl downgrade --feature transaction.version=1 --allow-downgrade --dry-run
+  featurectl --bootstrap-server gw-0:9092 downgrade --release-version 3.9 --allow-downgrade
 
 {_UPDATE_JSON}
 
 {_CONNECTION}
+
+{_KAFKA_CONNECTION}
 
 {_EXIT_CODES}"""
 
@@ -152,10 +207,13 @@ _DISABLE_EPILOG = f"""\
 examples:
   featurectl disable --feature share.version --allow-downgrade
   featurectl disable --feature share.version --feature streams.version --allow-downgrade
+  featurectl --bootstrap-server gw-0:9092 disable --feature share.version --allow-downgrade
 
 {_UPDATE_JSON}
 
 {_CONNECTION}
+
+{_KAFKA_CONNECTION}
 
 {_EXIT_CODES}"""
 
@@ -301,10 +359,34 @@ def _common_options() -> argparse.ArgumentParser:
         metavar="SECONDS",
         type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
-        help="how long to wait for the ZooKeeper connection [%(default)g]",
+        help="how long to wait for the ZooKeeper or gateway connection [%(default)g]",
     )
     group.add_argument("--output", choices=["table", "json"], default="table")
+    _kafka_options(common.add_argument_group("Kafka protocol (instead of --zookeeper)"))
     return common
+
+
+def _kafka_options(group: argparse._ArgumentGroup, *, top_level: bool = False) -> None:
+    """--bootstrap-server / --command-config, accepted before and after the command word.
+
+    Kafka's tools take them first (``kafka-features.sh --bootstrap-server X describe``).
+    Both parsers define them; the subcommand's copy has no default (SUPPRESS), so a value
+    given before the command word is not overwritten by the subparser's default.
+    """
+    default = None if top_level else argparse.SUPPRESS
+    group.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        default=default,
+        help="talk to this gateway over the Kafka protocol (ApiVersions, UpdateFeatures)",
+    )
+    group.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=default,
+        help="Kafka client properties for --bootstrap-server: security.protocol, ssl.*, "
+        "sasl.* (the keys honoured are listed in each command's --help)",
+    )
 
 
 def _add_update_command(
@@ -315,9 +397,11 @@ def _add_update_command(
     help_text: str,
     description: str,
     epilog: str,
+    aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         name,
+        aliases=list(aliases),
         parents=[common],
         help=help_text,
         description=_wrap(description),
@@ -337,10 +421,17 @@ def _add_update_command(
         parser.add_argument(
             "--feature",
             action="append",
-            required=True,
             type=feature_level,
             metavar="NAME=LEVEL",
             help="a feature and its new finalized level (repeat for several)",
+        )
+        parser.add_argument(
+            "--release-version",
+            "--metadata",
+            dest="release_version",
+            metavar="VERSION",
+            help="every feature to the level Apache Kafka VERSION ships with (e.g. 4.0); "
+            "instead of --feature",
         )
     if name != "finalize":
         parser.add_argument(
@@ -370,6 +461,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _kafka_options(
+        parser.add_argument_group("Kafka protocol (also accepted after the command word)"),
+        top_level=True,
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common_options()
 
@@ -398,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         common,
         "finalize",
-        help_text="raise finalized feature levels (upgrade)",
+        help_text="raise finalized feature levels (alias: upgrade, as kafka-features.sh)",
+        aliases=("upgrade",),
         description="Finalize (upgrade) feature levels cluster-wide. Every live gateway must "
         "support each new level; then the levels are written with a compare-and-set on the "
         "epoch that was read, so a concurrent change is never lost: the later writer gets a "
@@ -428,6 +524,55 @@ def build_parser() -> argparse.ArgumentParser:
         "none.",
         epilog=_DISABLE_EPILOG,
     )
+
+    mapping = commands.add_parser(
+        "version-mapping",
+        help="the feature levels an Apache Kafka release ships with",
+        description=_wrap(
+            "Print the level of every feature that an Apache Kafka release finalizes by "
+            "default, as kafka-features.sh version-mapping does; upgrade --release-version "
+            "sets the ones the gateways gate to these levels. Needs no connection."
+        ),
+        epilog=pasteable(
+            "examples:\n  featurectl version-mapping --release-version 4.0\n"
+            "  featurectl version-mapping --output json\n\n"
+            + _wrap(f"source: {release_table().source}")
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mapping.add_argument(
+        "--release-version",
+        "--metadata",
+        dest="release_version",
+        metavar="VERSION",
+        help="an Apache Kafka release such as 3.9 or 4.0.1 [the newest in the table]",
+    )
+    mapping.add_argument("--output", choices=["table", "json"], default="table")
+    mapping.set_defaults(handler=_version_mapping, parser=mapping)
+
+    dependencies = commands.add_parser(
+        "feature-dependencies",
+        help="what other feature levels a feature level needs",
+        description=_wrap(
+            "Print, for each NAME=LEVEL, the feature levels it depends on in Apache Kafka, "
+            "as kafka-features.sh feature-dependencies does. Needs no connection."
+        ),
+        epilog=pasteable(
+            "example:\n"
+            "  featurectl feature-dependencies --feature eligible.leader.replicas.version=1\n\n"
+            + _wrap(f"source: {release_table().source}")
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dependencies.add_argument(
+        "--feature",
+        action="append",
+        required=True,
+        type=feature_level,
+        metavar="NAME=LEVEL",
+        help="a feature level to look up (repeat for several)",
+    )
+    dependencies.set_defaults(handler=_feature_dependencies, parser=dependencies)
 
     brokers = commands.add_parser(
         "brokers",
@@ -464,13 +609,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command not in ("brokers", "collect", "convert", "plan") and not args.zookeeper:
-        args.parser.error(f"--zookeeper is required (or set {ZOOKEEPER_ENV})")
+    if args.command == "upgrade":
+        args.command = "finalize"  # kafka-features.sh's word for it
+    if args.command in ("describe", *COMMANDS):
+        _check_connection_arguments(args)
     try:
         return args.handler(args)
     except CliError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return exc.code
+
+
+def _check_connection_arguments(args: argparse.Namespace) -> None:
+    """Exactly one of ZooKeeper and --bootstrap-server; what each update command needs."""
+    if args.bootstrap_server is not None:
+        # An inherited $KAFKA_GATEWAY_ZOOKEEPER does not conflict; an explicit one does.
+        explicit_zookeeper = args.zookeeper and args.zookeeper != os.environ.get(ZOOKEEPER_ENV)
+        if explicit_zookeeper:
+            args.parser.error("pass --zookeeper or --bootstrap-server, not both")
+        try:
+            split_address(args.bootstrap_server)
+        except ValueError as exc:
+            args.parser.error(f"--bootstrap-server: {exc}")
+    elif args.command_config is not None:
+        args.parser.error("--command-config needs --bootstrap-server")
+    elif not args.zookeeper:
+        args.parser.error(
+            f"--zookeeper is required (or set {ZOOKEEPER_ENV}), or --bootstrap-server HOST:PORT"
+        )
+    if args.command in ("finalize", "downgrade"):
+        if (args.feature is None) == (args.release_version is None):
+            args.parser.error("pass --feature NAME=LEVEL (repeatable) or --release-version")
+        if args.release_version is not None:
+            try:
+                release_table().levels(args.release_version)
+            except KeyError as exc:
+                args.parser.error(str(exc.args[0]))
 
 
 # --------------------------------------------------------------------------------------
@@ -548,11 +722,22 @@ def _console() -> Console:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with _store(args) as store:
-        finalized = store.read()
-        registrations = store.registrations()
-        gateway_ids = store.paths.gateway_ids
-    rows = describe_rows(finalized, registrations, load_catalogue())
+    if args.bootstrap_server is not None:
+        with _kafka(args) as client:
+            described = client.describe()
+            # As Kafka's tools: log in before anything else, so bad credentials show.
+            client.authenticate()
+        finalized = described.finalized
+        # The answering gateway stands in for "every live gateway": over the protocol it
+        # is the only one whose support featurectl can see.
+        answering = [_as_registration(args.bootstrap_server, described)]
+    else:
+        with _store(args) as store:
+            finalized = store.read()
+            registrations = store.registrations()
+            gateway_ids = store.paths.gateway_ids
+        answering = registrations
+    rows = describe_rows(finalized, answering, load_catalogue())
     if args.feature:
         known = {row.feature for row in rows}
         unknown = [name for name in args.feature if name not in known]
@@ -564,6 +749,8 @@ def _describe(args: argparse.Namespace) -> int:
                 f"(known: {', '.join(sorted(known))})",
             )
         rows = [row for row in rows if row.feature in args.feature]
+    if args.bootstrap_server is not None:
+        return _print_described_by_gateway(args, finalized, rows, described)
     if args.output == "json":
         print(json.dumps(describe_document(finalized, rows, registrations), indent=2))
         return EXIT_OK
@@ -575,6 +762,40 @@ def _describe(args: argparse.Namespace) -> int:
         console.print(gateways_table(registrations))
     else:
         console.print(f"No live gateway is registered under {gateway_ids}.")
+    return EXIT_OK
+
+
+def _as_registration(address: str, described: Described) -> Registration:
+    name, version = described.broker_software or ("unknown", "unknown")
+    return Registration(
+        gateway_id=address,
+        listener=address,
+        upstream="",
+        features=described.supported,
+        broker_software_name=name,
+        broker_software_version=version,
+    )
+
+
+def _print_described_by_gateway(
+    args: argparse.Namespace, finalized: Finalized, rows: list[FeatureRow], described: Described
+) -> int:
+    """describe --bootstrap-server: the same table and JSON keys; instead of the live
+    gateways (only ZooKeeper knows them all), the gateway that answered."""
+    name, version = described.broker_software or ("unknown", "unknown")
+    software = "unknown" if name == version == "unknown" else f"{name} {version}"
+    if args.output == "json":
+        document = describe_document(finalized, rows, [])
+        document["answered_by"] = {"bootstrap_server": args.bootstrap_server, "broker": software}
+        print(json.dumps(document, indent=2))
+        return EXIT_OK
+    console = _console()
+    console.print(features_table(rows))
+    console.print()
+    console.print(
+        f"Answered by {args.bootstrap_server} (broker software: {software}). Supported "
+        "levels are that gateway's own; describe --zookeeper shows every live gateway."
+    )
     return EXIT_OK
 
 
@@ -592,29 +813,76 @@ def _operator(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _servable(finalized: Finalized, *supported: Mapping[str, tuple[int, int]]) -> set[str]:
+    """Features --release-version may set: finalized ones, or ones a gateway can serve."""
+    known = set(finalized.levels)
+    for ranges in supported:
+        known |= {name for name, (_, high) in ranges.items() if high >= 1}
+    return known
+
+
+def _requested_updates(
+    args: argparse.Namespace, finalized: Finalized, known: set[str]
+) -> list[FeatureUpdate]:
+    """The FeatureUpdates the command line asks for, given the levels read.
+
+    ``--release-version`` needs them: it moves only the features whose release level
+    differs (notes on stderr say which were skipped and why).
+    """
+    unsafe = getattr(args, "unsafe", False)
+    if args.command == "disable":
+        return feature_updates("disable", [(name, 0) for name in args.feature], unsafe=unsafe)
+    if args.release_version is None:
+        return feature_updates(args.command, args.feature, unsafe=unsafe)
+    levels = release_table().levels(args.release_version)
+    wanted, notes = release_updates(levels, known, dict(finalized.levels), args.command)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return feature_updates(args.command, sorted(wanted.items()), unsafe=unsafe)
+
+
+def _nothing_to_change(args: argparse.Namespace) -> int:
+    message = (
+        f"nothing to change: no feature the gateways serve is below (upgrade) or above "
+        f"(downgrade) its Apache Kafka {args.release_version} level"
+    )
+    if args.output == "json":
+        print(json.dumps({"command": args.command, "ok": True, "changes": []}, indent=2))
+    print(message, file=sys.stderr)
+    return EXIT_OK
+
+
 def _update(args: argparse.Namespace) -> int:
-    # The audit line (features.changed) goes to stderr as JSON, apart from the output.
-    configure_logging("json", "info")
     if args.command != "finalize" and not args.allow_downgrade:
         refused = DOWNGRADE_REFUSED if args.command == "downgrade" else DISABLE_REFUSED
         raise CliError(EXIT_REJECTED, refused)
-    features = [(name, 0) for name in args.feature] if args.command == "disable" else args.feature
-    updates = feature_updates(args.command, features, unsafe=getattr(args, "unsafe", False))
-    with _store(args) as store:
-        finalized = store.read()
-        plan = plan_updates(args.command, finalized, store.supported_by_gateway(), updates)
-        outcome = Outcome(plan, dry_run=args.dry_run)
-        if plan.ok and not args.dry_run:
-            try:
-                new_epoch = store.write(
-                    plan.target,
-                    expected_epoch=finalized.epoch,
-                    old=finalized.levels,
-                    who=_operator(args),
-                )
-                outcome = Outcome(plan, new_epoch=new_epoch)
-            except EpochConflict as conflict:
-                outcome = Outcome(plan, conflict=conflict)
+    if args.bootstrap_server is not None:
+        outcome = _update_via_kafka(args)
+        if outcome is None:
+            return _nothing_to_change(args)
+    else:
+        # The audit line (features.changed) goes to stderr as JSON, apart from the output.
+        configure_logging("json", "info")
+        with _store(args) as store:
+            finalized = store.read()
+            supported = store.supported_by_gateway()
+            known = _servable(finalized, *supported.values())
+            updates = _requested_updates(args, finalized, known)
+            if not updates:
+                return _nothing_to_change(args)
+            plan = plan_updates(args.command, finalized, supported, updates)
+            outcome = Outcome(plan, dry_run=args.dry_run)
+            if plan.ok and not args.dry_run:
+                try:
+                    new_epoch = store.write(
+                        plan.target,
+                        expected_epoch=finalized.epoch,
+                        old=finalized.levels,
+                        who=_operator(args),
+                    )
+                    outcome = Outcome(plan, new_epoch=new_epoch)
+                except EpochConflict as conflict:
+                    outcome = Outcome(plan, conflict=conflict)
     out, err = outcome_lines(outcome)
     for line in err:
         print(line, file=sys.stderr)
@@ -624,6 +892,102 @@ def _update(args: argparse.Namespace) -> int:
         for line in out:
             print(line)
     return EXIT_OK if outcome.ok else EXIT_REJECTED
+
+
+def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
+    """finalize/downgrade/disable through a gateway; None when there is nothing to do.
+
+    Validation first (UpdateFeatures v1 ValidateOnly, or locally against the gateway's
+    advertised support from a v0-only peer), so that a refusal changes nothing and
+    --dry-run is the gateway's own verdict. The write then uses v2 where offered (the
+    gateway applies it all or nothing), else v1/v0 (Kafka applies the valid items of
+    those; the validation just before makes that all of them).
+    """
+    with _kafka(args) as client:
+        described = client.describe()
+        client.authenticate()
+        finalized = described.finalized
+        known = _servable(finalized, described.supported)
+        updates = _requested_updates(args, finalized, known)
+        if not updates:
+            return None
+        versions = update_features_range(described)
+        if versions is None:
+            raise CliError(
+                EXIT_REJECTED,
+                f"{args.bootstrap_server} does not offer UpdateFeatures (key 57); use --zookeeper",
+            )
+        if versions[1] >= 1:
+            results, _, _ = client.update_features(1, updates, validate_only=True)
+        else:
+            gateways = {args.bootstrap_server: described.supported}
+            results = list(validate_updates(finalized.levels, gateways, updates).results)
+        plan = answered_plan(args.command, finalized, updates, results)
+        if not plan.ok or args.dry_run:
+            return Outcome(plan, dry_run=args.dry_run)
+        results, _, _ = client.update_features(min(versions[1], 2), updates)
+        written = answered_plan(args.command, finalized, updates, results)
+        if not written.ok:
+            return Outcome(written)
+        # The gateway answers once it serves the new epoch (as Kafka does), so a fresh
+        # ApiVersions on this connection reports it.
+        return Outcome(written, new_epoch=client.describe().finalized.epoch)
+
+
+@contextlib.contextmanager
+def _kafka(args: argparse.Namespace) -> Iterator[KafkaClient]:
+    """A connected KafkaClient; connection and --command-config failures exit 2."""
+    config = ClientConfig()
+    try:
+        if args.command_config is not None:
+            config = load_command_config(args.command_config)
+    except CommandConfigError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+    if config.unknown_keys:
+        print(
+            f"warning: --command-config keys featurectl ignores: {', '.join(config.unknown_keys)}",
+            file=sys.stderr,
+        )
+    try:
+        with KafkaClient(args.bootstrap_server, config, args.timeout) as client:
+            yield client
+    except KafkaClientError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+
+
+def _version_mapping(args: argparse.Namespace) -> int:
+    table = release_table()
+    release = args.release_version or list(table.releases)[-1]
+    try:
+        levels = table.levels(release)
+    except KeyError as exc:
+        raise CliError(EXIT_USAGE, str(exc.args[0])) from None
+    if args.output == "json":
+        print(json.dumps({"release_version": release, "features": levels}, indent=2))
+        return EXIT_OK
+    for name, level in sorted(levels.items()):
+        print(f"{name}={level}")
+    return EXIT_OK
+
+
+def _feature_dependencies(args: argparse.Namespace) -> int:
+    table = release_table()
+    known = {name for levels in table.releases.values() for name in levels}
+    code = EXIT_OK
+    for name, level in args.feature:
+        if name not in known:
+            print(f"error: unknown feature {name} (known: {', '.join(sorted(known))})",
+                  file=sys.stderr)  # fmt: skip
+            code = EXIT_REJECTED
+            continue
+        needs = table.needs(name, level)
+        if not needs:
+            print(f"{name}={level} has no dependencies.")
+        else:
+            print(f"{name}={level} requires:")
+            for dep, dep_level in sorted(needs.items()):
+                print(f"    {dep}={dep_level}")
+    return code
 
 
 def _brokers(args: argparse.Namespace) -> int:

@@ -248,6 +248,27 @@ def plan_updates(
     return Plan(command, finalized, validate_updates(finalized.levels, gateways, updates))
 
 
+def answered_plan(
+    command: str,
+    finalized: Finalized,
+    updates: Sequence[FeatureUpdate],
+    results: Sequence[UpdateResult],
+) -> Plan:
+    """A plan from a gateway's UpdateFeatures answer (``--bootstrap-server``): its
+    per-feature results, and the levels they lead to from what ApiVersions reported."""
+    target = dict(finalized.levels)
+    for update, result in zip(updates, results, strict=False):
+        if not result.ok:
+            continue
+        if update.level < 1:
+            target.pop(update.feature, None)
+        else:
+            target[update.feature] = update.level
+    ok = len(results) == len(updates) and all(r.ok for r in results)
+    validation = Validation(tuple(results), target, dict(target) if ok else None)
+    return Plan(command, finalized, validation)
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What became of a plan: rejected, dry run, written (new epoch) or lost a race."""
@@ -320,6 +341,7 @@ __all__ = [
     "FeatureRow",
     "Outcome",
     "Plan",
+    "answered_plan",
     "conflict_message",
     "describe_document",
     "describe_rows",

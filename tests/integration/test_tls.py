@@ -17,12 +17,10 @@ from __future__ import annotations
 import logging
 import ssl
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import require_tool
@@ -37,6 +35,7 @@ from tests.harness import (
     port_accepts,
 )
 from tests.harness.kafka_wire import ConnectionClosed
+from tests.integration.conftest import Pki
 from tests.integration.test_clients import ConfluentDriver
 
 OP_TIMEOUT_S = 10.0
@@ -45,29 +44,6 @@ OP_TIMEOUT_S = 10.0
 # --------------------------------------------------------------------------------------
 # Certificates, TLS clients, the TLS terminator
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pki:
-    ca: str  # the CA everything below is signed by
-    server: str  # key + chain for "localhost", 127.0.0.1 and broker.internal
-    client_cert: str  # a client certificate (CN=kafka-client) ...
-    client_key: str  # ... and its key
-    other_ca: str  # a CA that signed none of them
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    ca, other = trustme.CA(), trustme.CA()
-    server = ca.issue_cert("localhost", "127.0.0.1", "broker.internal")
-    client = ca.issue_cert("client.test", common_name="kafka-client")
-    paths = Pki(*(str(tmp_path / f"{n}.pem") for n in Pki.__dataclass_fields__))
-    ca.cert_pem.write_to_path(paths.ca)
-    server.private_key_and_cert_chain_pem.write_to_path(paths.server)
-    client.cert_chain_pems[0].write_to_path(paths.client_cert)
-    client.private_key_pem.write_to_path(paths.client_key)
-    other.cert_pem.write_to_path(paths.other_ca)
-    return paths
 
 
 def confluent(**settings: Any) -> ConfluentDriver:

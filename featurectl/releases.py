@@ -1,0 +1,89 @@
+"""Apache Kafka's default feature levels per release (``--release-version``,
+``version-mapping``, ``feature-dependencies``), as ``kafka-features.sh`` knows them.
+
+The table is data (``data/kafka_feature_levels.json``, its source cited inside), so a
+new Kafka release is one more JSON line, not code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+METADATA_VERSION = "metadata.version"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseTable:
+    source: str
+    releases: dict[str, dict[str, int]]
+    # feature -> level -> {feature it needs: minimum level}
+    dependencies: dict[str, dict[int, dict[str, int]]]
+
+    def levels(self, release: str) -> dict[str, int]:
+        """The feature levels Kafka ``release`` ships with ("4.0" or "4.0.1": patch
+        releases ship their minor release's levels; "4.0-IV3", the form kafka-features.sh
+        also takes, means its release). KeyError names the known ones."""
+        parts = re.sub(r"-IV\d+$", "", release.strip()).split(".")
+        minor = ".".join(parts[:2])
+        if len(parts) > 3 or not all(p.isdigit() for p in parts) or minor not in self.releases:
+            raise KeyError(
+                f"unknown Apache Kafka release {release!r}; known: {', '.join(self.releases)}"
+            )
+        # A feature a release does not ship yet is at level 0 there (as version-mapping
+        # prints it), so a downgrade to that release disables it.
+        everything = {name for levels in self.releases.values() for name in levels}
+        return {name: 0 for name in everything} | self.releases[minor]
+
+    def needs(self, feature: str, level: int) -> dict[str, int]:
+        return dict(self.dependencies.get(feature, {}).get(level, {}))
+
+
+@cache
+def release_table() -> ReleaseTable:
+    text = resources.files("featurectl").joinpath("data/kafka_feature_levels.json").read_text()
+    doc: dict[str, Any] = json.loads(text)
+    return ReleaseTable(
+        source=doc["source"],
+        releases={r: dict(levels) for r, levels in doc["releases"].items()},
+        dependencies={
+            feature: {int(level): dict(needs) for level, needs in per_level.items()}
+            for feature, per_level in doc["dependencies"].items()
+        },
+    )
+
+
+def release_updates(
+    release_levels: dict[str, int], known: set[str], current: dict[str, int], command: str
+) -> tuple[dict[str, int], list[str]]:
+    """(features to set for an upgrade/downgrade to a release, notes on what was skipped).
+
+    Only features the gateways can serve (``known``: those some live gateway supports at
+    level 1 or more, and those finalized) are set; the rest (``metadata.version``, which
+    only KRaft has, or a feature the brokers behind the gateways lack) are skipped with a
+    note. A feature already at its release level is left alone (the
+    ZooKeeper-mode rules refuse a no-op update), and so is one the command's direction
+    would not move: ``upgrade`` raises, ``downgrade`` lowers.
+    """
+    updates: dict[str, int] = {}
+    notes: list[str] = []
+    for feature, level in sorted(release_levels.items()):
+        now = current.get(feature, 0)
+        if feature not in known:
+            if level > 0:
+                notes.append(f"{feature}={level} skipped: no live gateway supports {feature}")
+        elif level == now:
+            continue
+        elif (level > now) == (command == "finalize"):
+            updates[feature] = level
+        else:
+            direction = "downgrade" if level < now else "upgrade"
+            notes.append(f"{feature} stays at {now} (the release has {level}; use {direction})")
+    return updates, notes
+
+
+__all__ = ["METADATA_VERSION", "ReleaseTable", "release_table", "release_updates"]
