@@ -317,16 +317,17 @@ class LoadGenerator:
 
 
 def worker_pids(service: Service) -> list[int]:
-    """The gateway's serving processes: its spawned workers, or itself with --workers 1."""
+    """The gateway's serving processes: its workers (the fork server's children), or
+    itself with --workers 1."""
     found = []
     for pid in service.pids():
         if pid == service.proc.pid:
             continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-        if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+        if ppid != service.proc.pid:  # the supervisor's own children are helpers
             found.append(pid)
     return sorted(found) or [service.proc.pid]
 
@@ -615,7 +616,7 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 print(
                     f"    PSS: supervisor {p['supervisor_pss_mb']:.1f} MB, workers "
                     + ", ".join(f"{w:.1f}" for w in p["workers_pss_mb"])
-                    + " MB, the rest (multiprocessing's resource tracker) "
+                    + " MB, the rest (multiprocessing's fork server) "
                     f"{p['pss_mb'] - p['supervisor_pss_mb'] - sum(p['workers_pss_mb']):.1f} MB",
                     flush=True,
                 )

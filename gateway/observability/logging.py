@@ -69,6 +69,11 @@ BAD_INPUT_BURST = 10
 BAD_INPUT_INTERVAL_S = 10.0
 # Distinct (event, key) windows kept before they are forgotten all at once.
 _MAX_LIMITED_KEYS = 1000
+# Keys with a window of their own per event; later keys share one, OTHER_KEY. Keys can
+# come from clients (a fuzzer sends every API key there is): without this, each new key
+# brought its own burst, and a live fuzz run wrote 60,000 lines in 10 minutes.
+MAX_KEYS_PER_EVENT = 16
+OTHER_KEY = "other"
 
 
 class RateLimitedLogger:
@@ -85,6 +90,8 @@ class RateLimitedLogger:
         self._clock = clock
         # event -> [window start, lines logged in the window, lines suppressed in it]
         self._windows: dict[object, list[float]] = {}
+        # event -> keyed windows it holds (bounded by MAX_KEYS_PER_EVENT)
+        self._keys: dict[str, int] = {}
 
     @classmethod
     def configure(cls, burst: int, interval_s: float) -> None:
@@ -106,14 +113,21 @@ class RateLimitedLogger:
         self, method: Callable[..., Any], event: str, limit_key: object, fields: dict[str, object]
     ) -> None:
         now = self._clock()
-        key = event if limit_key is None else (event, limit_key)
+        key: object = event if limit_key is None else (event, limit_key)
         window = self._windows.get(key)
+        if window is None and limit_key is not None:
+            if self._keys.get(event, 0) >= MAX_KEYS_PER_EVENT:
+                key = (event, OTHER_KEY)
+                window = self._windows.get(key)
+            else:
+                self._keys[event] = self._keys.get(event, 0) + 1
         if window is None or now - window[0] >= self._interval_s:
             if window is not None and window[2]:
                 fields["suppressed"] = int(window[2])
             if window is None and len(self._windows) >= _MAX_LIMITED_KEYS:
                 # Keys can come from clients (API keys): bound the table.
                 self._windows.clear()
+                self._keys.clear()
             window = self._windows[key] = [now, 0, 0]
         if window[1] >= self._burst:
             window[2] += 1

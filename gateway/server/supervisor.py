@@ -8,8 +8,11 @@ The supervisor (this module):
 * checks start-up once: learns the upstream's versions, reads the finalized feature
   levels and refuses to start (one message, exit 1) when they exceed the support;
 * holds the one ZooKeeper registration of the gateway;
-* starts the workers (``multiprocessing`` "spawn": the supervisor already runs kazoo's
-  threads, which a fork would copy half-way), restarts one that dies (a log line,
+* starts the workers through ``multiprocessing``'s fork server: a fresh interpreter
+  (not a fork of the supervisor, which already runs kazoo's threads that a fork would
+  copy half-way) that imports the gateway once (``_preload``) and forks each worker
+  from it, so the workers share those pages (a worker measured 20 MB PSS, against
+  54 MB when each was spawned and imported everything itself); restarts one that dies (a log line,
   ``kafka_gateway_worker_restarts_total``; the others keep serving), and on SIGTERM or
   SIGINT flips readiness, lets every worker drain and exits 0; SIGHUP is passed on;
 * serves ``metrics_listen``: /metrics merged from the workers' own (see
@@ -37,7 +40,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from multiprocessing import resource_tracker
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -114,7 +117,10 @@ class Supervisor:
         self._stop = asyncio.Event()
         self._http: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._context = multiprocessing.get_context("spawn")
+        self._context = multiprocessing.get_context("forkserver")
+        # A preload that fails to import is skipped by multiprocessing: the workers then
+        # import what they need themselves, as spawned ones would.
+        self._context.set_forkserver_preload(["gateway.server._preload"])
         # The workers' shared connection counts; only when something is capped (else
         # each worker counts alone, lock-free, and never refuses).
         self.limit_counts: SharedCounts | None = None
@@ -161,7 +167,7 @@ class Supervisor:
             await self.control.features.stop()
             if self._http is not None:
                 self._http.close()
-            _stop_resource_tracker()
+            _stop_helpers()
             self._remove_limit_counts()
             raise
         self.started = True
@@ -197,7 +203,7 @@ class Supervisor:
         await self.control.features.stop()
         if self._http is not None:
             self._http.close()
-        _stop_resource_tracker()
+        _stop_helpers()
         self._remove_limit_counts()
         log.info("gateway.stopped", workers=len(self.slots))
 
@@ -421,14 +427,18 @@ async def _get(slot: Slot, path: str, timeout_s: float = 5.0) -> bytes | None:
     return body if head.startswith(b"HTTP/1.1 200") else None
 
 
-def _stop_resource_tracker() -> None:
-    """multiprocessing's spawn starts a resource tracker process. Nothing here uses what
-    it tracks (no shared memory, no semaphores); stop it once the workers are gone, so
-    the gateway leaves no process behind (service managers and tests see the group)."""
-    tracker = getattr(resource_tracker, "_resource_tracker", None)
-    stop = getattr(tracker, "_stop", None)  # private; absent: the tracker ends on EOF
-    if stop is not None:
-        stop()
+def _stop_helpers() -> None:
+    """Stop multiprocessing's fork server and the resource tracker it starts, once the
+    workers are gone, so the gateway leaves no process behind (service managers and
+    tests see the group). Nothing here uses what the tracker tracks (the limits table is
+    a file the supervisor removes itself)."""
+    for helper in (
+        getattr(forkserver, "_forkserver", None),
+        getattr(resource_tracker, "_resource_tracker", None),
+    ):
+        stop = getattr(helper, "_stop", None)  # private; absent: each ends on EOF
+        if stop is not None:
+            stop()
 
 
 def _how(exitcode: int | None) -> str:

@@ -6,6 +6,7 @@ without an import circle.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 class WorkerRole:
     index: int
     count: int
-    # The supervisor's pid: a worker whose parent changed (the supervisor was killed)
-    # stops, rather than serving on unsupervised.
+    # The supervisor's pid: a worker whose supervisor is gone (killed) stops, rather
+    # than serving on unsupervised.
     parent_pid: int
     # Called once the worker serves: with the port of its private HTTP endpoint
     # (127.0.0.1; the supervisor reads /metrics, /connections and /readyz there), or
@@ -27,4 +28,10 @@ class WorkerRole:
     limits_path: str | None = None
 
     def orphaned(self) -> bool:
+        # A worker's parent is the fork server, not the supervisor, so getppid() cannot
+        # tell; multiprocessing hands the child a sentinel of the process that asked for
+        # it, which reads as closed once that process is gone.
+        parent = multiprocessing.parent_process()
+        if parent is not None and parent.pid == self.parent_pid:
+            return not parent.is_alive()
         return os.getppid() != self.parent_pid

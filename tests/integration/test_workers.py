@@ -34,21 +34,20 @@ WORKERS = 3
 
 
 def worker_pids(gw: GatewayProcess) -> set[int]:
-    """The gateway's worker processes: its children that multiprocessing spawned as
-    workers (not its resource tracker), read from /proc."""
+    """The gateway's worker processes, read from /proc: the children of its fork server
+    (the supervisor's own children are the fork server and the resource tracker)."""
     assert gw.pid is not None
-    pids = set()
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == gw.pid and b"spawn_main" in cmdline:
-            pids.add(int(entry))
-    return pids
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    helpers = {pid for pid, parent in parents.items() if parent == gw.pid}
+    return {pid for pid, parent in parents.items() if parent in helpers}
 
 
 def connections(gw: GatewayProcess) -> list[dict[str, object]]:

@@ -8,7 +8,7 @@ import pytest
 import structlog
 
 from gateway.config import ConfigError, load_config
-from gateway.observability.logging import RateLimitedLogger
+from gateway.observability.logging import MAX_KEYS_PER_EVENT, RateLimitedLogger
 from gateway.observability.metrics import TrafficCollector
 from gateway.protocol._stats import ApiStats
 
@@ -50,6 +50,24 @@ def test_limiter_with_a_limit_key_keeps_a_budget_per_key() -> None:
         clock.now = 10.0
         limited.info("request.unknown_api_key_forwarded", limit_key=10000)
     assert [line.get("suppressed") for line in logs] == [None, None, 4]
+    RateLimitedLogger.configure(10, 10.0)
+
+
+def test_limiter_gives_only_so_many_keys_a_budget_of_their_own() -> None:
+    """A client chooses the key (a fuzzer sends every API key): the keys after the first
+    MAX_KEYS_PER_EVENT share one budget, so varying the key cannot flood the log."""
+    RateLimitedLogger.configure(2, 10.0)
+    limited = RateLimitedLogger("test", Clock())
+    with structlog.testing.capture_logs() as logs:
+        for key in range(10_000):
+            for _ in range(3):
+                limited.warning("request.rejected", limit_key=key, api_key=key)
+    assert len(logs) == 2 * MAX_KEYS_PER_EVENT + 2
+    assert [line["api_key"] for line in logs[: 2 * MAX_KEYS_PER_EVENT : 2]] == list(
+        range(MAX_KEYS_PER_EVENT)
+    )
+    shared = [line["api_key"] for line in logs[2 * MAX_KEYS_PER_EVENT :]]
+    assert shared == [MAX_KEYS_PER_EVENT, MAX_KEYS_PER_EVENT]
     RateLimitedLogger.configure(10, 10.0)
 
 
