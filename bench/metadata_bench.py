@@ -10,7 +10,8 @@ broker is never the bottleneck. Paths: direct, gateway, haproxy, started with
   Metadata back to back: p50/p99;
 * pipelined (first size only): forwarded DescribeGroups v0, 4 connections with 16
   requests in flight each: requests/s and the proxy's CPU per request (the forwarding
-  path's own cost, with an upstream that is never the bottleneck);
+  path's own cost, with an upstream that is never the bottleneck); ``seq``: the same
+  with one connection and one request at a time (round trips/s, CPU per round trip);
 * rss64: 64 connections each pulling the Metadata twice, all at once: the proxy's peak
   RSS (VmHWM) afterwards;
 * storm: 500 clients connecting at once, each ApiVersions + Metadata: time until the
@@ -130,10 +131,10 @@ def measure_concurrent(port: int, pullers: int, seconds: float) -> dict[str, flo
 
 
 def measure_pipelined(
-    port: int, conns: int, window: int, seconds: float, pids: list[int]
+    port: int, conns: int, window: int, seconds: float, pids: list[int], name: str = "pipe"
 ) -> dict[str, float]:
     """Forwarded DescribeGroups v0, ``window`` in flight on each of ``conns`` connections:
-    requests/s and the CPU of ``pids`` per request (µs)."""
+    requests/s and the CPU of ``pids`` per request (µs), as ``{name}_rate``/``{name}_us``."""
     batch = b"".join(
         responder.with_correlation_id(responder.describe_groups_request(0), i)
         for i in range(window)
@@ -162,7 +163,7 @@ def measure_pipelined(
     elapsed = time.perf_counter() - t0
     cpu = CpuProbe._cpu(pids) - cpu0
     total = sum(counts)
-    return {"pipe_rate": total / elapsed, "pipe_us": 1e6 * cpu / total if total else 0.0}
+    return {f"{name}_rate": total / elapsed, f"{name}_us": 1e6 * cpu / total if total else 0.0}
 
 
 def drive_many(port: int, clients: int, requests: list[bytes]) -> float:
@@ -272,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
                 if partitions == args.partitions[0]:
                     row.update(measure_concurrent(port, 2, args.seconds))
                     row.update(measure_pipelined(port, 4, 16, args.seconds, pids))
+                    row.update(measure_pipelined(port, 1, 1, args.seconds, pids, "seq"))
                 if partitions >= 100_000:
                     frames = responder.metadata_request(1)
                     row["rss64_s"] = drive_many(port, 64, [frames, frames])
@@ -306,6 +308,12 @@ def run(args: argparse.Namespace) -> int:
                 f"  pipelined forwarded DescribeGroups: gateway {gw['pipe_us']:.1f} µs CPU per "
                 f"request, haproxy {ha['pipe_us']:.1f}: {gw['pipe_us'] / ha['pipe_us']:.2f}x "
                 "(target <= 1)"
+            )
+        if "seq_rate" in gw and ha.get("seq_rate"):
+            print(
+                f"  sequential forwarded DescribeGroups: gateway/haproxy round trips/s "
+                f"{gw['seq_rate'] / ha['seq_rate']:.2f} (target >= 0.9); CPU per round trip "
+                f"gateway {gw['seq_us']:.1f} µs, haproxy {ha['seq_us']:.1f} µs"
             )
         if gw.get("rss64_mb"):
             print(
