@@ -10,6 +10,8 @@ to ``data_received`` and its response to ``upstream_data``, ``--requests`` times
 ``--repeat`` times, and prints the best CPU (``time.process_time``) per request:
 
 * a forwarded request (DescribeGroups: no interceptor asks for it either way);
+* the same, pipelined: 16 requests arrive in one read and their 16 responses in one
+  (what a client with requests in flight and a busy socket produce), per request;
 * Metadata, whose broker addresses the gateway rewrites (only its head is held back).
 
 ``--profile`` prints where the time goes (cProfile, top functions by own time).
@@ -69,21 +71,34 @@ def connection() -> ClientConnection:
     return conn
 
 
-def cases(partitions: int) -> dict[str, tuple[bytes, bytes]]:
+PIPELINED = 16
+
+
+def cases(partitions: int) -> dict[str, tuple[bytes, bytes, int]]:
+    """name → (request bytes, response bytes, requests they carry)."""
+    request = responder.describe_groups_request(0)
+    ids = range(PIPELINED)
     return {
         "forwarded (DescribeGroups v0)": (
-            responder.describe_groups_request(0),
+            request,
             responder.canned_response(responder.DESCRIBE_GROUPS, 0),
+            1,
+        ),
+        f"forwarded, {PIPELINED} per read": (
+            b"".join(responder.with_correlation_id(request, i) for i in ids),
+            b"".join(responder.canned_response(responder.DESCRIBE_GROUPS, 0, i) for i in ids),
+            PIPELINED,
         ),
         f"Metadata v12, {partitions} partitions (rewritten)": (
             responder.metadata_request(12),
             responder.canned_response(responder.METADATA, 12, partitions=partitions),
+            1,
         ),
     }
 
 
-def measure(conn: ClientConnection, request: bytes, response: bytes, n: int) -> float:
-    """CPU seconds per round trip through the connection."""
+def measure(conn: ClientConnection, request: bytes, response: bytes, per: int, n: int) -> float:
+    """CPU seconds per request through the connection (``per`` requests a feed)."""
     gc.collect()
     start = time.process_time()
     for _ in range(n):
@@ -91,7 +106,7 @@ def measure(conn: ClientConnection, request: bytes, response: bytes, n: int) -> 
         conn.upstream_data(response)
     elapsed = time.process_time() - start
     assert len(conn.inflight) == 0, "a response was not matched to its request"
-    return elapsed / n
+    return elapsed / (n * per)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile each case")
     args = parser.parse_args(argv)
     conn = connection()
-    for name, (request, response) in cases(args.partitions).items():
-        measure(conn, request, response, min(args.requests, 2000))  # warm up
-        best = min(measure(conn, request, response, args.requests) for _ in range(args.repeat))
+    for name, (request, response, per) in cases(args.partitions).items():
+        n = max(args.requests // per, 1)
+        measure(conn, request, response, per, min(n, 2000))  # warm up
+        best = min(measure(conn, request, response, per, n) for _ in range(args.repeat))
         print(f"{name:<40} {best * 1e6:8.2f} µs CPU per request")
         if args.profile:
             profiler = cProfile.Profile()
-            profiler.runcall(measure, conn, request, response, args.requests)
+            profiler.runcall(measure, conn, request, response, per, n)
             pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     return 0
 

@@ -8,6 +8,10 @@ broker is never the bottleneck. Paths: direct, gateway, haproxy, started with
   back to back, and the proxy's CPU per response (utime+stime from /proc);
 * concurrent: DescribeGroups v0 round trips on one more connection while 2 others pull
   Metadata back to back: p50/p99;
+* pipelined (first size only): forwarded DescribeGroups v0, 4 connections with 16
+  requests in flight each: requests/s and the proxy's CPU per request (the forwarding
+  path's own cost, with an upstream that is never the bottleneck); ``seq``: the same
+  with one connection and one request at a time (round trips/s, CPU per round trip);
 * rss64: 64 connections each pulling the Metadata twice, all at once: the proxy's peak
   RSS (VmHWM) afterwards;
 * storm: 500 clients connecting at once, each ApiVersions + Metadata: time until the
@@ -126,6 +130,42 @@ def measure_concurrent(port: int, pullers: int, seconds: float) -> dict[str, flo
     return {"p50_ms": q[49], "p99_ms": q[98], "max_ms": max(samples), "n": len(samples)}
 
 
+def measure_pipelined(
+    port: int, conns: int, window: int, seconds: float, pids: list[int], name: str = "pipe"
+) -> dict[str, float]:
+    """Forwarded DescribeGroups v0, ``window`` in flight on each of ``conns`` connections:
+    requests/s and the CPU of ``pids`` per request (µs), as ``{name}_rate``/``{name}_us``."""
+    batch = b"".join(
+        responder.with_correlation_id(responder.describe_groups_request(0), i)
+        for i in range(window)
+    )
+    # Every response has the canned size (a proxy forwards it untouched): one read of
+    # the whole window's bytes keeps the Python client's own cost per request low.
+    answer = len(responder.canned_response(responder.DESCRIBE_GROUPS, 0)) * window
+    counts = [0] * conns
+    stop = time.perf_counter() + seconds
+
+    def drive(i: int) -> None:
+        view = memoryview(bytearray(answer))
+        with _connect(port) as sock:
+            while time.perf_counter() < stop:
+                sock.sendall(batch)
+                responder._recv_into(sock, view)
+                counts[i] += window
+
+    cpu0 = CpuProbe._cpu(pids)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=drive, args=(i,)) for i in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    cpu = CpuProbe._cpu(pids) - cpu0
+    total = sum(counts)
+    return {f"{name}_rate": total / elapsed, f"{name}_us": 1e6 * cpu / total if total else 0.0}
+
+
 def drive_many(port: int, clients: int, requests: list[bytes]) -> float:
     """``clients`` connections at once, each sending ``requests`` pipelined and reading
     their responses; return the seconds until the last is served."""
@@ -232,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
                 row.update(measure_rate(port, conns, args.seconds, pids))
                 if partitions == args.partitions[0]:
                     row.update(measure_concurrent(port, 2, args.seconds))
+                    row.update(measure_pipelined(port, 4, 16, args.seconds, pids))
+                    row.update(measure_pipelined(port, 1, 1, args.seconds, pids, "seq"))
                 if partitions >= 100_000:
                     frames = responder.metadata_request(1)
                     row["rss64_s"] = drive_many(port, 64, [frames, frames])
@@ -260,6 +302,18 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  {partitions:,}: concurrent p99 gateway/haproxy "
                 f"{gw['p99_ms'] / ha['p99_ms']:.2f} (target <= 2)"
+            )
+        if "pipe_us" in gw and ha.get("pipe_us"):
+            print(
+                f"  pipelined forwarded DescribeGroups: gateway {gw['pipe_us']:.1f} µs CPU per "
+                f"request, haproxy {ha['pipe_us']:.1f}: {gw['pipe_us'] / ha['pipe_us']:.2f}x "
+                "(target <= 1)"
+            )
+        if "seq_rate" in gw and ha.get("seq_rate"):
+            print(
+                f"  sequential forwarded DescribeGroups: gateway/haproxy round trips/s "
+                f"{gw['seq_rate'] / ha['seq_rate']:.2f} (target >= 0.9); CPU per round trip "
+                f"gateway {gw['seq_us']:.1f} µs, haproxy {ha['seq_us']:.1f} µs"
             )
         if gw.get("rss64_mb"):
             print(

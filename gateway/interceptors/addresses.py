@@ -184,12 +184,61 @@ def rewrite_head(api_key: int, api_version: int, head: bytes, book: AddressBook)
     payload = memoryview(head)[4:]
     offset = response_body_offset(payload, spec.response_header_version(api_version))
     original = payload[offset:]
-    body = rewrite_response(api_key, api_version, original, book)
-    if body is original:
+    key = (api_key, api_version, original.tobytes())
+    known = _heads.get(key)
+    if known is not None and known.still_valid(book):
+        body: bytes | memoryview | None = known.body
+    else:
+        recorder = _Recorder(book)
+        rewritten = rewrite_response(api_key, api_version, original, recorder)
+        body = None if rewritten is original else bytes(rewritten)
+        if len(_heads) >= _HEADS_KEPT:
+            del _heads[next(iter(_heads))]  # the oldest: dicts keep insertion order
+        _heads[key] = _RewrittenHead(body, tuple(recorder.asked))
+    if body is None:
         return head
     (size,) = INT32.unpack_from(head)
     new_size = size + len(body) - len(original)
-    return INT32.pack(new_size) + bytes(payload[:offset]) + bytes(body)
+    return b"".join((INT32.pack(new_size), payload[:offset], body))
+
+
+class _Recorder:
+    """An ``AddressBook`` that passes every question on and remembers it with its answer."""
+
+    __slots__ = ("asked", "book")
+
+    def __init__(self, book: AddressBook) -> None:
+        self.book = book
+        self.asked: list[tuple[int, str, int, tuple[str, int]]] = []
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        answer = self.book.advertise(node_id, host, port)
+        self.asked.append((node_id, host, port, answer))
+        return answer
+
+
+class _RewrittenHead(NamedTuple):
+    """A head body as rewritten once (None: unchanged), with what its rewrite asked."""
+
+    body: bytes | None
+    asked: tuple[tuple[int, str, int, tuple[str, int]], ...]
+
+    def still_valid(self, book: AddressBook) -> bool:
+        # The same questions again, in the same order, so that the book sees exactly
+        # what a fresh rewrite would show it (a ClusterRouter learns brokers from them,
+        # a reload may change its answers): the cached body holds only if every
+        # answer is still the same.
+        return all(book.advertise(n, h, p) == answer for n, h, p, answer in self.asked)
+
+
+# Rewritten Metadata heads by their original body bytes (throttle time and brokers, a
+# few hundred bytes): a cluster's brokers rarely change, and every client's Metadata
+# then carries the same brokers array. Decoding and re-encoding it with kio costs
+# ~70 µs a response; a hit costs a hash of those bytes and one ``advertise`` per broker.
+# Per process and bounded: a few upstream clusters and versions fit, and the oldest
+# entry goes first.
+_HEADS_KEPT = 64
+_heads: dict[tuple[int, int, bytes], _RewrittenHead] = {}
 
 
 class TailRewrite(NamedTuple):

@@ -168,3 +168,63 @@ def test_a_brokers_array_running_past_its_frame_closes_without_forwarding(versio
     assert isinstance(violation, ProtocolViolation)
     assert violation.reason == "malformed_frame"
     assert f"Metadata v{version} response (correlation id 7)" in violation.detail
+
+
+# -- the same head again: the walk and the rewrite are remembered ------------------------
+class MovingBook:
+    """Answers from a table that a test changes, and records every question."""
+
+    def __init__(self) -> None:
+        self.port = 19000
+        self.asked: list[tuple[int, str, int]] = []
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        self.asked.append((node_id, host, port))
+        return f"gw-{node_id}.example", self.port + node_id
+
+
+def _head(version: int, whole: bytes) -> bytes:
+    inflight = InFlight()
+    inflight.add(METADATA, version, 7)
+    reader = ResponseReader(
+        inflight,
+        intercept=lambda entry: True,
+        tail_policy=lambda entry, size: head_finder(entry.api_key, entry.api_version),
+    )
+    (head,) = [item.head for item in reader.feed(whole) if isinstance(item, ResponseHead)]
+    return head
+
+
+@pytest.mark.parametrize("version", [1, 12])
+def test_a_remembered_head_asks_the_book_again_and_follows_its_answers(version: int) -> None:
+    head = _head(version, response_frame(version, encode(metadata(version))))
+    book = MovingBook()
+    first = rewrite_head(METADATA, version, head, book)
+    asked = list(book.asked)
+    assert asked  # every broker was asked about
+    assert rewrite_head(METADATA, version, head, book) == first
+    # A hit shows the book the same questions a fresh rewrite would (a ClusterRouter
+    # learns brokers from them).
+    assert book.asked == asked * 2
+    book.port = 29000  # e.g. a reload moved the gateway's ports
+    moved = rewrite_head(METADATA, version, head, book)
+    assert moved != first
+    assert moved == rewrite_head(METADATA, version, head, book)
+    assert struct.pack(">i", 29001) in moved  # node 1's new port
+
+
+@pytest.mark.parametrize("version", [1, 12])
+def test_heads_that_differ_after_a_remembered_one_are_walked_again(version: int) -> None:
+    cls = top_level(schema_module("metadata", version, "response"))
+    base = metadata(version)
+    other = dataclasses.replace(
+        base, brokers=tuple(dataclasses.replace(b, host=b.host + "-x") for b in base.brokers)
+    )
+    a = response_frame(version, encode(base))
+    b = response_frame(version, encode(other))
+    assert cls is type(base)
+    for whole in (a, b, a, b):
+        expected = buffered(version, whole)
+        assert streamed(version, [whole]) == expected
+        for cut in range(1, len(whole), 7):
+            assert streamed(version, [whole[:cut], whole[cut:]]) == expected, cut
