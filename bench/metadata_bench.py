@@ -257,7 +257,12 @@ def run(args: argparse.Namespace) -> int:
             ns = argparse.Namespace(
                 broker_bin="",
                 paths=list(PATHS),
-                gateway_arg=["--metrics-listen", f"{LOOPBACK}:{metrics_port}"],
+                gateway_arg=[
+                    "--metrics-listen",
+                    f"{LOOPBACK}:{metrics_port}",
+                    "--workers",
+                    str(args.workers),
+                ],
             )
             paths = _start_paths(
                 stack, ns, cast(Service, SimpleNamespace(port=upstream.port)), notes
@@ -331,6 +336,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=3.0, help="per rate/latency measurement")
     p.add_argument("--storm", type=int, default=500, help="clients in the reconnect storm")
     p.add_argument("--responder-processes", type=int, default=2)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway workers (1: one process, like for like with haproxy's one thread)",
+    )
     return p.parse_args(argv)
 
 

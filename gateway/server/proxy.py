@@ -61,10 +61,13 @@ limited = RateLimitedLogger("gateway.proxy")
 # (see InFlight). One entry per upstream address.
 _acks0_answered: dict[HostPort, bool] = {}
 
-# Large enough that a bulk fetch streams without stop-and-go, small enough that a slow
-# client cannot make the gateway hold much of a broker's output.
-WRITE_BUFFER_HIGH = 4 * 1024 * 1024
-WRITE_BUFFER_LOW = 1024 * 1024
+# Large enough that a bulk fetch streams without stop-and-go (at 1 GB/s, 512 KiB is half
+# a millisecond of data, and the kernel's socket buffers hold more), small enough that
+# slow clients cannot make the gateway hold much of a broker's output: 64 clients pulling
+# a 4.2 MB Metadata peaked at 167 MB RSS with 4 MiB here, 88-97 MB with 512 KiB (issue
+# 19's target: 100 MB), at the same CPU per response (metadata_bench, --workers 1).
+WRITE_BUFFER_HIGH = 512 * 1024
+WRITE_BUFFER_LOW = 128 * 1024
 # Client bytes held while the upstream handshake runs; above this the client is paused.
 PENDING_HIGH = 1024 * 1024
 
