@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -75,6 +76,18 @@ def _connect(port: int) -> socket.socket:
     return sock
 
 
+def _timed_threads(work: Callable[[int], None], conns: int, pids: list[int]) -> tuple[float, float]:
+    """Run ``work(i)`` on ``conns`` threads at once: (wall seconds, CPU seconds of pids)."""
+    cpu0 = CpuProbe._cpu(pids)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, CpuProbe._cpu(pids) - cpu0
+
+
 def measure_rate(port: int, conns: int, seconds: float, pids: list[int]) -> dict[str, float]:
     """Metadata responses/s over ``conns`` connections, and the CPU of ``pids`` per one."""
     frame = responder.metadata_request(1)
@@ -88,15 +101,7 @@ def measure_rate(port: int, conns: int, seconds: float, pids: list[int]) -> dict
                 responder.roundtrip(sock, frame, scratch)
                 counts[i] += 1
 
-    cpu0 = CpuProbe._cpu(pids)
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=pull, args=(i,)) for i in range(conns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    cpu = CpuProbe._cpu(pids) - cpu0
+    elapsed, cpu = _timed_threads(pull, conns, pids)
     total = sum(counts)
     return {"rate": total / elapsed, "cpu_ms": 1000 * cpu / total if total else 0.0}
 
@@ -153,15 +158,7 @@ def measure_pipelined(
                 responder._recv_into(sock, view)
                 counts[i] += window
 
-    cpu0 = CpuProbe._cpu(pids)
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=drive, args=(i,)) for i in range(conns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    cpu = CpuProbe._cpu(pids) - cpu0
+    elapsed, cpu = _timed_threads(drive, conns, pids)
     total = sum(counts)
     return {f"{name}_rate": total / elapsed, f"{name}_us": 1e6 * cpu / total if total else 0.0}
 
