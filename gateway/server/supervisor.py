@@ -38,6 +38,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing import forkserver, resource_tracker
@@ -117,10 +118,7 @@ class Supervisor:
         self._stop = asyncio.Event()
         self._http: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._context = multiprocessing.get_context("forkserver")
-        # A preload that fails to import is skipped by multiprocessing: the workers then
-        # import what they need themselves, as spawned ones would.
-        self._context.set_forkserver_preload(["gateway.server._preload"])
+        self._context = worker_context()
         # The workers' shared connection counts; only when something is capped (else
         # each worker counts alone, lock-free, and never refuses).
         self.limit_counts: SharedCounts | None = None
@@ -425,6 +423,30 @@ async def _get(slot: Slot, path: str, timeout_s: float = 5.0) -> bytes | None:
         return None
     head, _, body = raw.partition(b"\r\n\r\n")
     return body if head.startswith(b"HTTP/1.1 200") else None
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The fork server, or "spawn" where it cannot run.
+
+    The fork server listens on a Unix socket in the temp directory; on a read-only root
+    file system without a writable /tmp (Kubernetes' readOnlyRootFilesystem), it cannot,
+    and "spawn" still can (pipes only), at the cost of each worker's own imports.
+    """
+    try:
+        tempfile.gettempdir()  # raises when no candidate directory is writable
+    except OSError as exc:
+        log.warning(
+            "workers.start_method",
+            method="spawn",
+            reason=f"no writable temp directory for the fork server: {exc}",
+            fix="mount a writable /tmp (or set TMPDIR) to share ~30 MB per worker",
+        )
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # A preload that fails to import is skipped by multiprocessing: the workers then
+    # import what they need themselves, as spawned ones would.
+    context.set_forkserver_preload(["gateway.server._preload"])
+    return context
 
 
 def _stop_helpers() -> None:

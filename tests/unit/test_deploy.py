@@ -86,6 +86,7 @@ GATEWAY_TOML_KEYS = frozenset(
         "max_frame_bytes",
         "upstream_connect_timeout_s",
         "drain_timeout_s",
+        "workers",
         "log",
         "sidecar",
     }
