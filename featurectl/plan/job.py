@@ -346,7 +346,7 @@ class _Clock:
 
 def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """Run the Spark side: read, transform, collect the small results."""
-    from featurectl.plan import readers
+    from featurectl.plan import decide, readers
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
@@ -384,23 +384,15 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     client_rows = clients.collect()
     clock.lap("clients")
 
-    catalogue_df = readers.catalogue_frame(spark, inputs.catalogue)
-    features = [
-        _row(r)
-        for r in tx.feature_levels(catalogue_df, state.gateways, state.support, state.finalized)
-        .orderBy("feature")
-        .collect()
-    ]
+    # The decisions are Python on the driver: their inputs are a few dozen rows.
+    catalogue = {name: spec.max_level for name, spec in inputs.catalogue.items()}
+    features = decide.feature_levels(catalogue, state.gateway_ids, state.support, state.finalized)
     targets = dict(inputs.targets) or _default_targets(features)
-    targets_df = readers.levels_frame(spark, targets)
-    blockers = tx.blocking_gateways(targets_df, state.gateways, state.support)
-    blocker_rows = [_row(r) for r in blockers.orderBy("feature", "gateway_id").collect()]
-    verdict_rows = [
-        _row(r)
-        for r in tx.verdicts(targets_df, state.finalized, blockers, clients, len(state.gateway_ids))
-        .orderBy("feature")
-        .collect()
-    ]
+    blocker_rows = decide.blocking_gateways(targets, state.gateway_ids, state.support)
+    client_dicts = [_row(r) for r in client_rows]
+    verdict_rows = decide.verdicts(
+        targets, state.finalized, blocker_rows, client_dicts, len(state.gateway_ids)
+    )
     clock.lap("verdicts")
 
     first = min(r.first_ts for r in span_rows)
@@ -415,7 +407,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     dataset = {
         "path": inputs.metrics,
         "samples": total_samples,
-        "planner_samples": keyed.count(),
+        "planner_samples": sum(r.samples for r in span_rows),
         "gateways": len(span_rows),
         "scrapes": sum(r.scrapes for r in span_rows),
         "start_ms": _ms(first),
@@ -442,7 +434,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         verdicts=verdict_rows,
         blockers=blocker_rows,
         clients=sorted(
-            (_row(r) for r in client_rows),
+            client_dicts,
             key=lambda c: (c["feature"], -c["level"], -c["requests"], c["client_software_name"]),
         ),
         usage=[_row(r) for r in usage_rows],
@@ -458,9 +450,9 @@ class LiveState:
 
     doc: dict[str, Any]  # what plan.json says about the state
     gateway_ids: list[str]
-    gateways: DataFrame
-    support: DataFrame
-    finalized: DataFrame
+    # (gateway_id, feature, min_level, max_level) per live gateway and feature it lists
+    support: list[tuple[str, str, int | None, int | None]]
+    finalized: dict[str, int]  # feature -> level, levels >= 1 only
 
 
 def _state(
@@ -496,17 +488,20 @@ def _state(
                 for r in registrations
             ],
         }
-        return LiveState(
-            doc,
-            gateway_ids,
-            readers.gateways_frame(spark, gateway_ids),
-            readers.support_frame(spark, registrations),
-            readers.finalized_frame(spark, snapshot.finalized),
-        )
+        support = [
+            (reg.gateway_id, name, low, high)
+            for reg in registrations
+            for name, (low, high) in sorted(reg.features.items())
+        ]
+        finalized = {k: v for k, v in snapshot.finalized.levels.items() if v >= 1}
+        return LiveState(doc, gateway_ids, support, finalized)
     # Neither ZooKeeper nor a snapshot: the gateways' gauges are the best evidence left.
-    support = tx.support_from_metrics(samples, spans).cache()
-    finalized = tx.finalized_from_metrics(samples).cache()
-    gateway_ids = sorted({r.gateway_id for r in support.select("gateway_id").collect()})
+    support = [
+        (r.gateway_id, r.feature, r.min_level, r.max_level)
+        for r in tx.support_from_metrics(samples, spans).collect()
+    ]
+    finalized = {r.feature: r.level for r in tx.finalized_from_metrics(samples).collect()}
+    gateway_ids = sorted({gateway_id for gateway_id, *_ in support})
     epochs = (
         tx.latest_per_gateway(samples, spans, tx.FINALIZED_EPOCH).agg({"value": "max"}).collect()
     )
@@ -517,13 +512,11 @@ def _state(
         "zookeeper": None,
         "chroot": inputs.chroot,
         "epoch": int(epoch),
-        "finalized": {r.feature: r.level for r in finalized.collect()},
+        "finalized": finalized,
         "gateway_ids": gateway_ids,
         "registrations": [],
     }
-    return LiveState(
-        doc, gateway_ids, readers.gateways_frame(spark, gateway_ids), support, finalized
-    )
+    return LiveState(doc, gateway_ids, support, finalized)
 
 
 def _read_zookeeper(connect: str, chroot: str) -> StateSnapshot:
