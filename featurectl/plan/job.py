@@ -55,6 +55,12 @@ DEFAULT_MASTER = "local[*]"
 DEFAULT_OUT = "plan"
 # Chart resolution: at most this many time buckets per chart (one per scrape is noise).
 CHART_BUCKETS = 120
+# Tiered compilation's C2 (tier 4) thresholds, raised from the JVM's defaults (600/5000
+# invocations, 15000 invocations and loops, 40000 loop back edges).
+JIT_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=100000 -XX:Tier4MinInvocationThreshold=20000 "
+    "-XX:Tier4CompileThreshold=100000 -XX:Tier4BackEdgeThreshold=400000"
+)
 # Settings for a local master; a cluster keeps its own spark-defaults.
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -63,6 +69,12 @@ LOCAL_CONF = {
     # List the dataset's round directories on the driver: a local listing is quick, a
     # listing job costs a task per directory.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+    # The JIT's optimizing tier (C2) only for code that is really hot: a run is a few
+    # dozen short queries, each with freshly generated code, and C2 spent more CPU
+    # compiling lukewarm methods than it saved (10M samples: ~28 of ~72 CPU s in the
+    # compiler threads). Per-row code still reaches C2 within the first 100k rows, so
+    # large runs keep it (bench/README.md; C1 alone had halved 100M's speed).
+    "spark.driver.extraJavaOptions": JIT_OPTIONS,
 }
 # Settings of the application featurectl starts, on any master (spark-submit included).
 APP_CONF = {
