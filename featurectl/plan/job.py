@@ -69,18 +69,22 @@ LOCAL_CONF = {
     # List the dataset's round directories on the driver: a local listing is quick, a
     # listing job costs a task per directory.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
-    # The JIT's optimizing tier (C2) only for code that is really hot: a run is a few
-    # dozen short queries, each with freshly generated code, and C2 spent more CPU
-    # compiling lukewarm methods than it saved (10M samples: ~28 of ~72 CPU s in the
-    # compiler threads). Per-row code still reaches C2 within the first 100k rows, so
-    # large runs keep it (bench/README.md; C1 alone had halved 100M's speed).
-    "spark.driver.extraJavaOptions": JIT_OPTIONS,
 }
 # Settings of the application featurectl starts, on any master (spark-submit included).
 APP_CONF = {
     # The progress bar garbles the planner's own console output.
     "spark.ui.showConsoleProgress": "false",
 }
+# JVM options of the driver featurectl starts (and of the executors on a cluster), set
+# unless --conf or the cluster's spark-defaults.conf name the key. The JIT's optimizing
+# tier (C2) only for code that is really hot: a run is a few dozen short queries, each
+# with freshly generated code, and C2 spent more CPU compiling lukewarm methods than it
+# saved (10M samples on local[2]: ~28 of ~72 CPU s in the compiler threads; on a
+# cluster every executor JVM compiles the same code again). Per-row code still reaches
+# C2 within the first 100k rows, so large runs keep it (bench/README.md; C1 alone had
+# halved 100M's speed).
+JVM_CONF = {"spark.driver.extraJavaOptions": JIT_OPTIONS}
+CLUSTER_JVM_CONF = {"spark.executor.extraJavaOptions": JIT_OPTIONS}
 SESSION_CONF = {
     # Timestamps in the report are UTC whatever the machine's zone.
     "spark.sql.session.timeZone": "UTC",
@@ -314,11 +318,16 @@ def spark_session(
     settings = dict(APP_CONF)
     if master is not None:
         builder = builder.master(master)
+        jvm = dict(JVM_CONF)
         if master.startswith("local"):
             settings.update(LOCAL_CONF)
             # PySpark's helper processes (small local frames) must run this Python, not
             # whatever "python3" the PATH finds: versions must match and it has PySpark.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        else:
+            jvm.update(CLUSTER_JVM_CONF)
+        defaults = spark_defaults_keys()
+        settings.update({k: v for k, v in jvm.items() if k not in defaults})
     settings.update(given)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -328,6 +337,28 @@ def spark_session(
     cluster_set = {k for k, _ in spark.sparkContext.getConf().getAll()} - set(given)
     _apply_session_conf(spark, given, cluster_set)
     return spark
+
+
+def spark_defaults_keys() -> set[str]:
+    """The keys the spark-defaults.conf that spark-submit will read sets (none: empty)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if conf_dir is None:
+        home = os.environ.get("SPARK_HOME")
+        if home is None:
+            import pyspark
+
+            home = str(Path(pyspark.__file__).parent)
+        conf_dir = str(Path(home) / "conf")
+    try:
+        text = (Path(conf_dir) / "spark-defaults.conf").read_text()
+    except OSError:
+        return set()
+    keys = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.add(line.replace("=", " ", 1).split()[0])
+    return keys
 
 
 def _apply_session_conf(
