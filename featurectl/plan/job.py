@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import textwrap
 import time
@@ -357,7 +358,8 @@ def spark_defaults_keys() -> set[str]:
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
-            keys.add(line.replace("=", " ", 1).split()[0])
+            # Java properties: the key ends at whitespace, "=" or ":".
+            keys.add(re.split(r"[\s=:]", line, maxsplit=1)[0])
     return keys
 
 
