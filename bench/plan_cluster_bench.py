@@ -168,11 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data",
         type=Path,
-        default=Path(tempfile.gettempdir()) / "kafka-gateway-plan-cluster-bench",
-        help="dataset directory (generated when missing or of another spec) [%(default)s]",
+        help="dataset directory (generated when missing or of another spec) "
+        "[TMPDIR/kafka-gateway-plan-cluster-bench-FORMAT-SAMPLES]",
     )
     parser.add_argument("--samples", type=int, default=1_000_000, help="[%(default)s]")
     parser.add_argument("--gateways", type=int, default=24, help="[%(default)s]")
+    parser.add_argument("--format", choices=("parquet", "text"), default="parquet")
     parser.add_argument("--workers", type=int, default=2, help="[%(default)s]")
     parser.add_argument("--cores", type=int, default=1, help="per worker [%(default)s]")
     parser.add_argument("--memory", default="2g", help="per worker and executor [%(default)s]")
@@ -187,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
 
-    spec = synth.spec_for_samples(args.samples, args.gateways)
+    if args.data is None:
+        args.data = Path(tempfile.gettempdir()) / (
+            f"kafka-gateway-plan-cluster-bench-{args.format}-{args.samples}"
+        )
+    spec = synth.spec_for_samples(args.samples, args.gateways, args.format)
     if synth.existing(args.data, spec) is None:
         if args.data.exists() and any(args.data.iterdir()):
             if not (args.data / synth.MANIFEST).exists():

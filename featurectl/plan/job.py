@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import textwrap
 import time
@@ -55,6 +56,12 @@ DEFAULT_MASTER = "local[*]"
 DEFAULT_OUT = "plan"
 # Chart resolution: at most this many time buckets per chart (one per scrape is noise).
 CHART_BUCKETS = 120
+# Tiered compilation's C2 (tier 4) thresholds, raised from the JVM's defaults (600/5000
+# invocations, 15000 invocations and loops, 40000 loop back edges).
+JIT_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=100000 -XX:Tier4MinInvocationThreshold=20000 "
+    "-XX:Tier4CompileThreshold=100000 -XX:Tier4BackEdgeThreshold=400000"
+)
 # Settings for a local master; a cluster keeps its own spark-defaults.
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -69,6 +76,16 @@ APP_CONF = {
     # The progress bar garbles the planner's own console output.
     "spark.ui.showConsoleProgress": "false",
 }
+# JVM options of the driver featurectl starts (and of the executors on a cluster), set
+# unless --conf or the cluster's spark-defaults.conf name the key. The JIT's optimizing
+# tier (C2) only for code that is really hot: a run is a few dozen short queries, each
+# with freshly generated code, and C2 spent more CPU compiling lukewarm methods than it
+# saved (10M samples on local[2]: ~28 of ~72 CPU s in the compiler threads; on a
+# cluster every executor JVM compiles the same code again). Per-row code still reaches
+# C2 within the first 100k rows, so large runs keep it (bench/README.md; C1 alone had
+# halved 100M's speed).
+JVM_CONF = {"spark.driver.extraJavaOptions": JIT_OPTIONS}
+CLUSTER_JVM_CONF = {"spark.executor.extraJavaOptions": JIT_OPTIONS}
 SESSION_CONF = {
     # Timestamps in the report are UTC whatever the machine's zone.
     "spark.sql.session.timeZone": "UTC",
@@ -302,11 +319,16 @@ def spark_session(
     settings = dict(APP_CONF)
     if master is not None:
         builder = builder.master(master)
+        jvm = dict(JVM_CONF)
         if master.startswith("local"):
             settings.update(LOCAL_CONF)
             # PySpark's helper processes (small local frames) must run this Python, not
             # whatever "python3" the PATH finds: versions must match and it has PySpark.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        else:
+            jvm.update(CLUSTER_JVM_CONF)
+        defaults = spark_defaults_keys()
+        settings.update({k: v for k, v in jvm.items() if k not in defaults})
     settings.update(given)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -316,6 +338,29 @@ def spark_session(
     cluster_set = {k for k, _ in spark.sparkContext.getConf().getAll()} - set(given)
     _apply_session_conf(spark, given, cluster_set)
     return spark
+
+
+def spark_defaults_keys() -> set[str]:
+    """The keys the spark-defaults.conf that spark-submit will read sets (none: empty)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if conf_dir is None:
+        home = os.environ.get("SPARK_HOME")
+        if home is None:
+            import pyspark
+
+            home = str(Path(pyspark.__file__).parent)
+        conf_dir = str(Path(home) / "conf")
+    try:
+        text = (Path(conf_dir) / "spark-defaults.conf").read_text()
+    except OSError:
+        return set()
+    keys = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            # Java properties: the key ends at whitespace, "=" or ":".
+            keys.add(re.split(r"[\s=:]", line, maxsplit=1)[0])
+    return keys
 
 
 def _apply_session_conf(
@@ -346,7 +391,7 @@ class _Clock:
 
 def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """Run the Spark side: read, transform, collect the small results."""
-    from featurectl.plan import readers
+    from featurectl.plan import decide, readers
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
@@ -384,23 +429,15 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     client_rows = clients.collect()
     clock.lap("clients")
 
-    catalogue_df = readers.catalogue_frame(spark, inputs.catalogue)
-    features = [
-        _row(r)
-        for r in tx.feature_levels(catalogue_df, state.gateways, state.support, state.finalized)
-        .orderBy("feature")
-        .collect()
-    ]
+    # The decisions are Python on the driver: their inputs are a few dozen rows.
+    catalogue = {name: spec.max_level for name, spec in inputs.catalogue.items()}
+    features = decide.feature_levels(catalogue, state.gateway_ids, state.support, state.finalized)
     targets = dict(inputs.targets) or _default_targets(features)
-    targets_df = readers.levels_frame(spark, targets)
-    blockers = tx.blocking_gateways(targets_df, state.gateways, state.support)
-    blocker_rows = [_row(r) for r in blockers.orderBy("feature", "gateway_id").collect()]
-    verdict_rows = [
-        _row(r)
-        for r in tx.verdicts(targets_df, state.finalized, blockers, clients, len(state.gateway_ids))
-        .orderBy("feature")
-        .collect()
-    ]
+    blocker_rows = decide.blocking_gateways(targets, state.gateway_ids, state.support)
+    client_dicts = [_row(r) for r in client_rows]
+    verdict_rows = decide.verdicts(
+        targets, state.finalized, blocker_rows, client_dicts, len(state.gateway_ids)
+    )
     clock.lap("verdicts")
 
     first = min(r.first_ts for r in span_rows)
@@ -415,7 +452,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     dataset = {
         "path": inputs.metrics,
         "samples": total_samples,
-        "planner_samples": keyed.count(),
+        "planner_samples": sum(r.samples for r in span_rows),
         "gateways": len(span_rows),
         "scrapes": sum(r.scrapes for r in span_rows),
         "start_ms": _ms(first),
@@ -442,7 +479,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         verdicts=verdict_rows,
         blockers=blocker_rows,
         clients=sorted(
-            (_row(r) for r in client_rows),
+            client_dicts,
             key=lambda c: (c["feature"], -c["level"], -c["requests"], c["client_software_name"]),
         ),
         usage=[_row(r) for r in usage_rows],
@@ -458,9 +495,9 @@ class LiveState:
 
     doc: dict[str, Any]  # what plan.json says about the state
     gateway_ids: list[str]
-    gateways: DataFrame
-    support: DataFrame
-    finalized: DataFrame
+    # (gateway_id, feature, min_level, max_level) per live gateway and feature it lists
+    support: list[tuple[str, str, int | None, int | None]]
+    finalized: dict[str, int]  # feature -> level, levels >= 1 only
 
 
 def _state(
@@ -496,17 +533,20 @@ def _state(
                 for r in registrations
             ],
         }
-        return LiveState(
-            doc,
-            gateway_ids,
-            readers.gateways_frame(spark, gateway_ids),
-            readers.support_frame(spark, registrations),
-            readers.finalized_frame(spark, snapshot.finalized),
-        )
+        support = [
+            (reg.gateway_id, name, low, high)
+            for reg in registrations
+            for name, (low, high) in sorted(reg.features.items())
+        ]
+        finalized = {k: v for k, v in snapshot.finalized.levels.items() if v >= 1}
+        return LiveState(doc, gateway_ids, support, finalized)
     # Neither ZooKeeper nor a snapshot: the gateways' gauges are the best evidence left.
-    support = tx.support_from_metrics(samples, spans).cache()
-    finalized = tx.finalized_from_metrics(samples).cache()
-    gateway_ids = sorted({r.gateway_id for r in support.select("gateway_id").collect()})
+    support = [
+        (r.gateway_id, r.feature, r.min_level, r.max_level)
+        for r in tx.support_from_metrics(samples, spans).collect()
+    ]
+    finalized = {r.feature: r.level for r in tx.finalized_from_metrics(samples).collect()}
+    gateway_ids = sorted({gateway_id for gateway_id, *_ in support})
     epochs = (
         tx.latest_per_gateway(samples, spans, tx.FINALIZED_EPOCH).agg({"value": "max"}).collect()
     )
@@ -517,13 +557,11 @@ def _state(
         "zookeeper": None,
         "chroot": inputs.chroot,
         "epoch": int(epoch),
-        "finalized": {r.feature: r.level for r in finalized.collect()},
+        "finalized": finalized,
         "gateway_ids": gateway_ids,
         "registrations": [],
     }
-    return LiveState(
-        doc, gateway_ids, readers.gateways_frame(spark, gateway_ids), support, finalized
-    )
+    return LiveState(doc, gateway_ids, support, finalized)
 
 
 def _read_zookeeper(connect: str, chroot: str) -> StateSnapshot:

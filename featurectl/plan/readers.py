@@ -7,7 +7,7 @@ the dataset is read through Spark, state snapshots included.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,14 +17,11 @@ from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from gateway.features.catalogue import Catalogue, required_level
-from gateway.features.znode import Finalized, Registration
 
 from . import transforms as tx
 from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
 
-SUPPORT_SCHEMA = "gateway_id string, feature string, min_level int, max_level int"
-LEVELS_SCHEMA = "feature string, level int"
 LOOKUP_SCHEMA = "api_key int, api_version int, feature string, level int"
 
 
@@ -207,32 +204,6 @@ def _first_line(exc: BaseException) -> str:
 # -- small frames from Python objects ------------------------------------------------------
 
 
-def support_frame(spark: SparkSession, registrations: Iterable[Registration]) -> DataFrame:
-    rows = [
-        (reg.gateway_id, name, low, high)
-        for reg in registrations
-        for name, (low, high) in sorted(reg.features.items())
-    ]
-    return spark.createDataFrame(rows, SUPPORT_SCHEMA)
-
-
-def gateways_frame(spark: SparkSession, gateway_ids: Iterable[str]) -> DataFrame:
-    return spark.createDataFrame([(g,) for g in sorted(set(gateway_ids))], "gateway_id string")
-
-
-def levels_frame(spark: SparkSession, levels: Mapping[str, int]) -> DataFrame:
-    return spark.createDataFrame(sorted(levels.items()), LEVELS_SCHEMA)
-
-
-def finalized_frame(spark: SparkSession, finalized: Finalized) -> DataFrame:
-    return levels_frame(spark, {k: v for k, v in finalized.levels.items() if v >= 1})
-
-
-def catalogue_frame(spark: SparkSession, catalogue: Catalogue) -> DataFrame:
-    rows = [(name, spec.max_level) for name, spec in sorted(catalogue.items())]
-    return spark.createDataFrame(rows, "feature string, catalogue_max_level int")
-
-
 def lookup_frame(
     spark: SparkSession, catalogue: Catalogue, pairs: Sequence[tuple[int, int]]
 ) -> DataFrame:
@@ -252,16 +223,11 @@ def lookup_frame(
 __all__ = [
     "DatasetError",
     "DatasetSamples",
-    "catalogue_frame",
     "dataset_uri",
-    "finalized_frame",
-    "gateways_frame",
-    "levels_frame",
     "lookup_frame",
     "read_latest_state",
     "read_lines",
     "read_parquet",
     "read_samples",
     "scrapes_frame",
-    "support_frame",
 ]

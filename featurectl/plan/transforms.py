@@ -14,7 +14,7 @@ Frames and their columns:
 * labelled samples: ``ts``, ``gateway_id``, ``metric``, ``value`` and ``PLAN_LABELS``
   (for the small metrics: gauges, info)
 * support: ``gateway_id``, ``feature``, ``min_level``, ``max_level`` (per live gateway)
-* finalized: ``feature``, ``level``; targets: ``feature``, ``level``
+* finalized: ``feature``, ``level``
 * lookup: ``api_key``, ``api_version``, ``feature``, ``level`` (``required_level``)
 
 Counters (``requests_total``) are read as increases between consecutive samples of a
@@ -239,11 +239,13 @@ def labelled(keyed: DataFrame, labels: DataFrame, metrics: Sequence[str]) -> Dat
 
 
 def gateway_spans(samples: DataFrame) -> DataFrame:
-    """Per gateway: first and last sample time and how many distinct times it has."""
+    """Per gateway: first and last sample time, how many distinct times it has, and
+    how many samples (summed over gateways: the planner's samples, with no extra job)."""
     return samples.groupBy("gateway_id").agg(
         F.min("ts").alias("first_ts"),
         F.max("ts").alias("last_ts"),
         F.count_distinct("ts").alias("scrapes"),
+        F.count(F.lit(1)).alias("samples"),
     )
 
 
@@ -392,153 +394,6 @@ def finalized_from_metrics(samples: DataFrame) -> DataFrame:
     )
 
 
-def feature_levels(
-    catalogue: DataFrame, gateways: DataFrame, support: DataFrame, finalized: DataFrame
-) -> DataFrame:
-    """Per catalogue feature: finalized level and the highest level every gateway supports.
-
-    ``catalogue``: ``feature``, ``catalogue_max_level``; ``gateways``: ``gateway_id`` of
-    the live gateways. A gateway that does not list a feature supports level 0 only.
-    ``cluster_max_level`` is null when no gateway is live (nobody vouches for a level).
-    """
-    per_gateway = (
-        catalogue.select("feature")
-        .crossJoin(gateways.select("gateway_id"))
-        .join(support, ["feature", "gateway_id"], "left")
-        .groupBy("feature")
-        .agg(
-            F.min(F.coalesce("max_level", F.lit(0))).alias("cluster_max_level"),
-            F.count("gateway_id").alias("live_gateways"),
-            F.sort_array(
-                F.collect_list(
-                    F.struct(
-                        "gateway_id",
-                        F.coalesce("min_level", F.lit(0)).alias("min_level"),
-                        F.coalesce("max_level", F.lit(0)).alias("max_level"),
-                    )
-                )
-            ).alias("support"),
-        )
-    )
-    return (
-        catalogue.join(per_gateway, "feature", "left")
-        .join(finalized.withColumnRenamed("level", "finalized_level"), "feature", "left")
-        .fillna(0, ["finalized_level", "live_gateways"])
-        .select(
-            "feature",
-            "finalized_level",
-            "catalogue_max_level",
-            "cluster_max_level",
-            "live_gateways",
-            F.coalesce("support", F.array()).alias("support"),
-        )
-    )
-
-
-def blocking_gateways(targets: DataFrame, gateways: DataFrame, support: DataFrame) -> DataFrame:
-    """Per target, the live gateways whose supported range does not include its level.
-
-    A gateway without the feature in its registration supports only level 0 (leaving
-    a feature unfinalized always works); ``min_level``/``max_level`` are then null.
-    """
-    in_range = (F.col("level") >= F.col("min_level")) & (F.col("level") <= F.col("max_level"))
-    return (
-        targets.select("feature", "level")
-        .crossJoin(gateways.select("gateway_id"))
-        .join(support, ["feature", "gateway_id"], "left")
-        .where(~F.coalesce(in_range, F.col("level") == 0))
-        .select("feature", "level", "gateway_id", "min_level", "max_level")
-    )
-
-
-def verdicts(
-    targets: DataFrame,
-    finalized: DataFrame,
-    blockers: DataFrame,
-    clients: DataFrame,
-    live_gateways: int,
-) -> DataFrame:
-    """Per target: kind of change, whether applying it now is safe, and what blocks it.
-
-    * upgrade (level above the finalized one): needs a live gateway and no blocker.
-    * downgrade (lower, >= 1): no blocker and no client used (in the window) an API
-      version that needs a level above the target.
-    * disable (level 0): no such client; gateways need not agree (level 0 is always
-      supported), as Kafka does not check them when deleting a finalized feature.
-    * noop: already finalized at that level.
-
-    ``clients``: gated usage (``feature``, ``level``, ``requests`` and ``CLIENT``).
-    """
-    current = targets.join(
-        finalized.withColumnRenamed("level", "current_level"), "feature", "left"
-    ).fillna(0, ["current_level"])
-    blocked_by_gateways = blockers.groupBy("feature", "level").agg(
-        F.sort_array(F.collect_list("gateway_id")).alias("blocking_gateways")
-    )
-    users = (
-        current.alias("t")
-        .join(
-            clients.where(F.col("requests") > 0).alias("c"),
-            (F.col("t.feature") == F.col("c.feature")) & (F.col("c.level") > F.col("t.level")),
-        )
-        .groupBy(F.col("t.feature").alias("feature"), F.col("t.level").alias("level"))
-        .agg(
-            F.sort_array(
-                F.collect_set(F.struct(*(F.col(f"c.{c}").alias(c) for c in CLIENT)))
-            ).alias("blocking_clients"),
-            F.sum("c.requests").alias("blocking_requests"),
-        )
-    )
-    kind = (
-        F.when(F.col("level") == F.col("current_level"), "noop")
-        .when(F.col("level") > F.col("current_level"), "upgrade")
-        .when(F.col("level") == 0, "disable")
-        .otherwise("downgrade")
-    )
-    no_gateway_blockers = F.size("blocking_gateways") == 0
-    no_client_blockers = F.size("blocking_clients") == 0
-    safe = (
-        F.when(F.col("kind") == "noop", True)
-        .when(F.col("kind") == "upgrade", no_gateway_blockers & F.lit(live_gateways > 0))
-        .when(F.col("kind") == "downgrade", no_gateway_blockers & no_client_blockers)
-        .otherwise(no_client_blockers)
-    )
-    empty_clients = F.array().cast(
-        "array<struct<client_software_name:string,client_software_version:string>>"
-    )
-    return (
-        current.join(blocked_by_gateways, ["feature", "level"], "left")
-        .join(users, ["feature", "level"], "left")
-        .withColumn("kind", kind)
-        .withColumn(
-            "blocking_gateways",
-            # Gateways do not matter when disabling (or when nothing changes).
-            F.when(
-                F.col("kind").isin("disable", "noop"), F.array().cast("array<string>")
-            ).otherwise(F.coalesce("blocking_gateways", F.array().cast("array<string>"))),
-        )
-        .withColumn(
-            "blocking_clients",
-            F.when(
-                F.col("kind").isin("downgrade", "disable"),
-                F.coalesce("blocking_clients", empty_clients),
-            ).otherwise(empty_clients),
-        )
-        .withColumn("blocking_requests", F.coalesce("blocking_requests", F.lit(0.0)))
-        .withColumn("safe", safe)
-        .select(
-            "feature",
-            "level",
-            "current_level",
-            "kind",
-            "safe",
-            "blocking_gateways",
-            "blocking_clients",
-            "blocking_requests",
-        )
-    )
-
-
 # -- time series for the charts ------------------------------------------------------------
 
 
@@ -581,14 +436,12 @@ __all__ = [
     "PLAN_METRICS",
     "REQUESTS",
     "attach_scrapes",
-    "blocking_gateways",
     "client_api_usage",
     "clients_on_gated_versions",
     "connections_by_client",
     "connections_over_time",
     "counter_increases",
     "counter_series",
-    "feature_levels",
     "finalized_from_metrics",
     "gated_requests_over_time",
     "gated_usage",
@@ -605,5 +458,4 @@ __all__ = [
     "split_samples",
     "starts_with_metric",
     "support_from_metrics",
-    "verdicts",
 ]

@@ -221,3 +221,26 @@ def test_the_job_runs_under_spark_submit(dataset, tmp_path) -> None:
     assert [(v["feature"], v["kind"], v["safe"]) for v in plan["verdicts"]] == [
         ("kraft.version", "upgrade", True)
     ]
+
+
+def test_jvm_options_yield_to_the_clusters_spark_defaults(tmp_path, monkeypatch) -> None:
+    from featurectl.plan import job
+
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert job.spark_defaults_keys() == set()
+    (tmp_path / "spark-defaults.conf").write_text(
+        "\n".join(
+            (
+                "# site settings",
+                "spark.executor.extraJavaOptions  -XX:+UseG1GC",
+                "spark.driver.memory=4g",
+                "spark.eventLog.enabled: true",
+                "",
+            )
+        )
+    )
+    assert job.spark_defaults_keys() == {
+        "spark.executor.extraJavaOptions",
+        "spark.driver.memory",
+        "spark.eventLog.enabled",
+    }

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from featurectl.plan import decide
 from featurectl.plan import transforms as tx
 from featurectl.plan.job import SESSION_CONF
 
@@ -328,82 +329,56 @@ def test_gated_usage_names_the_feature_level_each_api_version_needs(spark: Spark
     ]
 
 
-# -- features and verdicts ----------------------------------------------------------------
+# -- features and verdicts (decided on the driver: featurectl.plan.decide) ----------------
+
+CATALOGUE = {"group.version": 1, "transaction.version": 2}
 
 
-def frames(
-    spark: SparkSession,
+def support_rows(
     support: Mapping[str, Mapping[str, tuple[int, int]]],
-    finalized: Mapping[str, int],
-    catalogue: Mapping[str, int] | None = None,
-) -> dict[str, DataFrame]:
-    catalogue = catalogue or {"group.version": 1, "transaction.version": 2}
-    return {
-        "catalogue": spark.createDataFrame(
-            sorted(catalogue.items()), "feature string, catalogue_max_level int"
-        ),
-        "gateways": spark.createDataFrame([(g,) for g in sorted(support)], "gateway_id string"),
-        "support": spark.createDataFrame(
-            [(g, f, lo, hi) for g, fs in support.items() for f, (lo, hi) in fs.items()],
-            "gateway_id string, feature string, min_level int, max_level int",
-        ),
-        "finalized": spark.createDataFrame(sorted(finalized.items()), "feature string, level int"),
+) -> list[tuple[str, str, int, int]]:
+    return [(g, f, lo, hi) for g, fs in support.items() for f, (lo, hi) in fs.items()]
+
+
+def test_cluster_max_is_the_lowest_maximum_and_missing_means_zero() -> None:
+    support = {
+        "gw-new": {"group.version": (0, 1), "transaction.version": (0, 2)},
+        "gw-old": {"group.version": (0, 1), "transaction.version": (0, 1)},
+        "gw-ancient": {"transaction.version": (0, 2)},
     }
-
-
-def test_cluster_max_is_the_lowest_maximum_and_missing_means_zero(spark: SparkSession) -> None:
-    f = frames(
-        spark,
-        {
-            "gw-new": {"group.version": (0, 1), "transaction.version": (0, 2)},
-            "gw-old": {"group.version": (0, 1), "transaction.version": (0, 1)},
-            "gw-ancient": {"transaction.version": (0, 2)},
-        },
-        {"transaction.version": 1},
-    )
     got = {
         r["feature"]: r
-        for r in rows(
-            tx.feature_levels(f["catalogue"], f["gateways"], f["support"], f["finalized"]),
-            "feature",
+        for r in decide.feature_levels(
+            CATALOGUE, sorted(support), support_rows(support), {"transaction.version": 1}
         )
     }
     assert got["transaction.version"]["cluster_max_level"] == 1
     assert got["transaction.version"]["finalized_level"] == 1
     assert got["group.version"]["cluster_max_level"] == 0  # gw-ancient does not list it
     assert got["group.version"]["live_gateways"] == 3
+    assert got["group.version"]["support"][0] == {
+        "gateway_id": "gw-ancient",
+        "min_level": 0,
+        "max_level": 0,
+    }
 
 
-def test_no_live_gateway_vouches_for_no_level(spark: SparkSession) -> None:
-    f = frames(spark, {}, {})
-    got = rows(
-        tx.feature_levels(f["catalogue"], f["gateways"], f["support"], f["finalized"]), "feature"
-    )
-    assert [(g["cluster_max_level"], g["live_gateways"]) for g in got] == [(None, 0), (None, 0)]
+def test_no_live_gateway_vouches_for_no_level() -> None:
+    got = decide.feature_levels(CATALOGUE, [], [], {})
+    assert [(g["cluster_max_level"], g["live_gateways"], g["support"]) for g in got] == [
+        (None, 0, []),
+        (None, 0, []),
+    ]
 
 
-def targets(spark: SparkSession, **levels: int) -> DataFrame:
-    return spark.createDataFrame(
-        [(name.replace("_", "."), level) for name, level in levels.items()],
-        "feature string, level int",
-    )
-
-
-def test_blocking_gateways_are_those_whose_range_misses_the_level(spark: SparkSession) -> None:
-    f = frames(
-        spark,
-        {
-            "gw-new": {"transaction.version": (0, 2)},
-            "gw-old": {"transaction.version": (0, 1)},
-            "gw-none": {},
-        },
-        {},
-    )
-    got = rows(
-        tx.blocking_gateways(
-            targets(spark, transaction_version=2, group_version=0), f["gateways"], f["support"]
-        ),
-        "gateway_id",
+def test_blocking_gateways_are_those_whose_range_misses_the_level() -> None:
+    support = {
+        "gw-new": {"transaction.version": (0, 2)},
+        "gw-old": {"transaction.version": (0, 1)},
+        "gw-none": {},
+    }
+    got = decide.blocking_gateways(
+        {"transaction.version": 2, "group.version": 0}, sorted(support), support_rows(support)
     )
     # Level 0 (leaving a feature unfinalized) is never blocked.
     assert [(g["feature"], g["gateway_id"], g["max_level"]) for g in got] == [
@@ -412,59 +387,56 @@ def test_blocking_gateways_are_those_whose_range_misses_the_level(spark: SparkSe
     ]
 
 
-CLIENTS_SCHEMA = (
-    "feature string, level int, requests double, client_software_name string, "
-    "client_software_version string"
-)
-
-
 def verdicts_for(
-    spark: SparkSession,
     support: Mapping[str, Mapping[str, tuple[int, int]]],
     finalized: Mapping[str, int],
-    wanted: DataFrame,
+    wanted: Mapping[str, int],
     clients: Sequence[tuple[str, int, float, str, str]] = (),
 ) -> dict[str, dict[str, Any]]:
-    f = frames(spark, support, finalized)
-    blockers = tx.blocking_gateways(wanted, f["gateways"], f["support"])
-    gated = spark.createDataFrame(list(clients), CLIENTS_SCHEMA)
+    blockers = decide.blocking_gateways(wanted, sorted(support), support_rows(support))
+    gated = [
+        dict(
+            zip(
+                ("feature", "level", "requests", *tx.CLIENT),
+                client,
+                strict=True,
+            )
+        )
+        for client in clients
+    ]
     return {
-        r["feature"]: r
-        for r in rows(tx.verdicts(wanted, f["finalized"], blockers, gated, len(support)), "feature")
+        r["feature"]: r for r in decide.verdicts(wanted, finalized, blockers, gated, len(support))
     }
 
 
-def test_finalizing_is_safe_when_every_live_gateway_supports_the_level(spark: SparkSession) -> None:
+def test_finalizing_is_safe_when_every_live_gateway_supports_the_level() -> None:
     got = verdicts_for(
-        spark,
         {"a": {"transaction.version": (0, 2)}, "b": {"transaction.version": (0, 2)}},
         {"transaction.version": 1},
-        targets(spark, transaction_version=2),
+        {"transaction.version": 2},
     )["transaction.version"]
     assert (got["kind"], got["safe"], got["blocking_gateways"]) == ("upgrade", True, [])
 
 
-def test_finalizing_is_unsafe_while_an_old_gateway_is_live(spark: SparkSession) -> None:
+def test_finalizing_is_unsafe_while_an_old_gateway_is_live() -> None:
     got = verdicts_for(
-        spark,
         {"a": {"transaction.version": (0, 2)}, "b": {"transaction.version": (0, 1)}},
         {"transaction.version": 1},
-        targets(spark, transaction_version=2),
+        {"transaction.version": 2},
     )["transaction.version"]
     assert (got["kind"], got["safe"], got["blocking_gateways"]) == ("upgrade", False, ["b"])
 
 
-def test_finalizing_with_no_live_gateway_is_unsafe(spark: SparkSession) -> None:
-    got = verdicts_for(spark, {}, {}, targets(spark, group_version=1))["group.version"]
+def test_finalizing_with_no_live_gateway_is_unsafe() -> None:
+    got = verdicts_for({}, {}, {"group.version": 1})["group.version"]
     assert (got["kind"], got["safe"]) == ("upgrade", False)
 
 
-def test_disabling_is_unsafe_while_a_client_uses_a_gated_version(spark: SparkSession) -> None:
+def test_disabling_is_unsafe_while_a_client_uses_a_gated_version() -> None:
     got = verdicts_for(
-        spark,
         {"a": {"group.version": (0, 1)}},
         {"group.version": 1},
-        targets(spark, group_version=0),
+        {"group.version": 0},
         [
             ("group.version", 1, 12.0, "librdkafka", "2.6.1"),
             ("group.version", 1, 0.0, "apache-kafka-java", "3.6.0"),  # seen, not in use
@@ -477,23 +449,21 @@ def test_disabling_is_unsafe_while_a_client_uses_a_gated_version(spark: SparkSes
     assert got["blocking_gateways"] == [] and got["blocking_requests"] == 12.0
 
 
-def test_downgrading_ignores_clients_of_levels_the_target_keeps(spark: SparkSession) -> None:
+def test_downgrading_ignores_clients_of_levels_the_target_keeps() -> None:
     got = verdicts_for(
-        spark,
         {"a": {"transaction.version": (0, 2)}},
         {"transaction.version": 2},
-        targets(spark, transaction_version=1),
+        {"transaction.version": 1},
         [("transaction.version", 1, 50.0, "librdkafka", "2.6.1")],
     )["transaction.version"]
     assert (got["kind"], got["safe"], got["blocking_clients"]) == ("downgrade", True, [])
 
 
-def test_a_target_at_the_finalized_level_is_a_safe_noop(spark: SparkSession) -> None:
+def test_a_target_at_the_finalized_level_is_a_safe_noop() -> None:
     got = verdicts_for(
-        spark,
         {"a": {"group.version": (0, 1)}},
         {"group.version": 1},
-        targets(spark, group_version=1),
+        {"group.version": 1},
     )["group.version"]
     assert (got["kind"], got["safe"]) == ("noop", True)
 
