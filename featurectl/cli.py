@@ -24,7 +24,6 @@ import logging
 import os
 import socket
 import sys
-import textwrap
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
@@ -40,7 +39,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from rich.console import Console
 
-from gateway.commands import pasteable, shell_command
+from gateway.commands import add_command, shell_command, wrap
 from gateway.features.catalogue import load_catalogue
 from gateway.features.store import (
     DEFAULT_CHROOT,
@@ -282,12 +281,6 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def _wrap(text: str) -> str:
-    # The epilogs are laid out by hand (RawDescriptionHelpFormatter), so the one-paragraph
-    # descriptions are wrapped here.
-    return textwrap.fill(text, width=88)
-
-
 def _zookeeper_security_options(group: argparse._ArgumentGroup) -> None:
     """TLS and SASL towards ZooKeeper, as the gateway's [zookeeper_tls] / zookeeper_sasl."""
     group.add_argument(
@@ -399,14 +392,14 @@ def _add_update_command(
     epilog: str,
     aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         name,
         aliases=list(aliases),
         parents=[common],
-        help=help_text,
-        description=_wrap(description),
-        epilog=pasteable(epilog),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help_text=help_text,
+        description=description,
+        epilog=epilog,
     )
     if name == "disable":
         parser.add_argument(
@@ -454,7 +447,7 @@ def _add_update_command(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="featurectl",
-        description=_wrap(
+        description=wrap(
             "Operate kafka-gateway: cluster-wide finalized feature levels (KIP-584), kept in "
             "ZooKeeper, and the broker software behind each gateway (KIP-885)."
         ),
@@ -468,17 +461,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common_options()
 
-    describe = commands.add_parser(
+    describe = add_command(
+        commands,
         "describe",
         parents=[common],
-        help="show supported and finalized feature levels and the live gateways",
-        description=_wrap(
+        help_text="show supported and finalized feature levels and the live gateways",
+        description=(
             "Show, per feature, the levels every live gateway can serve, the "
             "finalized level and its epoch, and which gateways hold a feature back; then the "
             "live gateways (id, listener, upstream, broker software, gateway version)."
         ),
-        epilog=pasteable(_DESCRIBE_EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_DESCRIBE_EPILOG,
     )
     describe.add_argument(
         "--feature",
@@ -525,20 +518,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_DISABLE_EPILOG,
     )
 
-    mapping = commands.add_parser(
+    mapping = add_command(
+        commands,
         "version-mapping",
-        help="the feature levels an Apache Kafka release ships with",
-        description=_wrap(
+        help_text="the feature levels an Apache Kafka release ships with",
+        description=(
             "Print the level of every feature that an Apache Kafka release finalizes by "
             "default, as kafka-features.sh version-mapping does; upgrade --release-version "
             "sets the ones the gateways gate to these levels. Needs no connection."
         ),
-        epilog=pasteable(
+        epilog=(
             "examples:\n  featurectl version-mapping --release-version 4.0\n"
             "  featurectl version-mapping --output json\n\n"
-            + _wrap(f"source: {release_table().source}")
+            + wrap(f"source: {release_table().source}")
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mapping.add_argument(
         "--release-version",
@@ -550,19 +543,19 @@ def build_parser() -> argparse.ArgumentParser:
     mapping.add_argument("--output", choices=["table", "json"], default="table")
     mapping.set_defaults(handler=_version_mapping, parser=mapping)
 
-    dependencies = commands.add_parser(
+    dependencies = add_command(
+        commands,
         "feature-dependencies",
-        help="what other feature levels a feature level needs",
-        description=_wrap(
+        help_text="what other feature levels a feature level needs",
+        description=(
             "Print, for each NAME=LEVEL, the feature levels it depends on in Apache Kafka, "
             "as kafka-features.sh feature-dependencies does. Needs no connection."
         ),
-        epilog=pasteable(
+        epilog=(
             "example:\n"
             "  featurectl feature-dependencies --feature eligible.leader.replicas.version=1\n\n"
-            + _wrap(f"source: {release_table().source}")
+            + wrap(f"source: {release_table().source}")
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     dependencies.add_argument(
         "--feature",
@@ -574,15 +567,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dependencies.set_defaults(handler=_feature_dependencies, parser=dependencies)
 
-    brokers = commands.add_parser(
+    brokers = add_command(
+        commands,
         "brokers",
-        help="show the broker software name/version each gateway reports (KIP-885)",
-        description=_wrap(
+        help_text="show the broker software name/version each gateway reports (KIP-885)",
+        description=(
             "Ask each gateway for ApiVersions and print the BrokerSoftwareName/Version "
             "tagged fields it adds."
         ),
-        epilog=pasteable("example:\n  featurectl brokers --bootstrap gw-0:9092"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  featurectl brokers --bootstrap gw-0:9092",
     )
     brokers.add_argument(
         "--bootstrap",

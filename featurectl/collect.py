@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import sys
-import textwrap
 import threading
 import time
 import urllib.error
@@ -53,7 +52,7 @@ from featurectl.plan.layout import (
     stamp,
 )
 from featurectl.plan.layout import write_state as write_state_file
-from gateway.commands import pasteable
+from gateway.commands import add_command
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
 log = logging.getLogger("featurectl.collect")
@@ -523,21 +522,19 @@ class Registry:
 
 
 def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "collect",
-        help="scrape every live gateway's /metrics into a dataset for 'featurectl plan'",
-        description=textwrap.fill(
+        help_text="scrape every live gateway's /metrics into a dataset for 'featurectl plan'",
+        description=(
             "Find the live gateways in ZooKeeper (plus --gateway URLs), scrape their "
             "Prometheus /metrics every --interval seconds into a Parquet dataset in DIR, and "
             "snapshot the finalized levels and registrations into DIR/state/ so 'featurectl "
             "plan' can run offline. --prometheus pulls the same series from a Prometheus "
             "server instead (query_range, paged in time); --from-prometheus imports "
-            "query_range exports.",
-            width=88,
-            break_on_hyphens=False,
+            "query_range exports."
         ),
-        epilog=pasteable(EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="dataset directory")
     parser.add_argument(

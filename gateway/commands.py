@@ -9,12 +9,15 @@ on PATH for any shell (an installation outside a virtualenv, such as a container
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
 import shutil
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 # Console scripts whose examples are rewritten by pasteable(): ours, and spark-submit,
 # which pyspark installs beside the same interpreter.
@@ -50,3 +53,32 @@ def shell_command(tool: str) -> str:
 def pasteable(text: str) -> str:
     """``text`` (help examples) with each command-position tool name as shell_command()."""
     return _COMMAND_WORD.sub(lambda m: m["lead"] + shell_command(m["tool"]), text)
+
+
+def wrap(text: str) -> str:
+    """One paragraph of help wrapped as the tools lay it out (their epilogs are laid out
+    by hand: RawDescriptionHelpFormatter keeps the lines it is given)."""
+    return textwrap.fill(text, width=88, break_on_hyphens=False)
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    *,
+    help_text: str,
+    description: str,
+    epilog: str,
+    **options: Any,
+) -> argparse.ArgumentParser:
+    """A subcommand as every tool of the project lays it out: ``description`` one
+    paragraph (wrapped here), ``epilog`` examples written line by line, their commands
+    made pasteable."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=help_text,
+        description=wrap(description),
+        epilog=pasteable(epilog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **options,
+    )
+    return parser

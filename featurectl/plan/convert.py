@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.commands import pasteable
+from gateway.commands import add_command
 
 from .columnar import DATE_PARTITION, SAMPLES, SORT_KEY
 from .layout import PROM_SUFFIX, SCRAPES, STATE
@@ -71,19 +70,17 @@ def convert(spark: SparkSession, source: str, out: str) -> int:
 
 
 def add_convert_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "convert",
-        help="turn a text dataset of 'featurectl collect' into the Parquet one (one-off)",
-        description=textwrap.fill(
+        help_text="turn a text dataset of 'featurectl collect' into the Parquet one (one-off)",
+        description=(
             "Read the Prometheus text scrapes of a dataset (DIR/scrapes/, what 'featurectl "
             "collect' wrote before Parquet) with Spark and write them as the Parquet dataset "
             "(OUT/samples/date=<day>/), copying the state snapshots. The text dataset is "
-            "left as it is.",
-            width=88,
-            break_on_hyphens=False,
+            "left as it is."
         ),
-        epilog=pasteable(EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
     )
     parser.add_argument("--metrics", required=True, metavar="DIR", help="the text dataset")
     parser.add_argument("--out", required=True, metavar="DIR", help="where to write Parquet")

@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import sys
-import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES, has_parquet
 from featurectl.plan.layout import PROM_SUFFIX, SCRAPES, StateSnapshot, parse_utc
-from gateway.commands import pasteable
+from gateway.commands import add_command, pasteable
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
 if TYPE_CHECKING:
@@ -261,20 +260,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 
 def add_plan_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "plan",
-        help="plan feature upgrades/downgrades from collected metrics (PySpark)",
-        description=textwrap.fill(
+        help_text="plan feature upgrades/downgrades from collected metrics (PySpark)",
+        description=(
             "Read a dataset from 'featurectl collect' with Spark and tell, per feature, the "
             "highest level every live gateway supports, which gateways must be upgraded "
             "before each --target level, which client software still uses API versions a "
             "downgrade would withdraw, and the featurectl commands to run, in order. Writes "
-            "plan.json, report.md and charts to --out.",
-            width=88,
-            break_on_hyphens=False,
+            "plan.json, report.md and charts to --out."
         ),
-        epilog=pasteable(EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
     )
     return configure_parser(parser)
 
