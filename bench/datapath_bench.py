@@ -20,6 +20,7 @@ to ``data_received`` and its response to ``upstream_data``, ``--requests`` times
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import pstats
@@ -116,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=10, help="in the Metadata response")
     parser.add_argument("--profile", action="store_true", help="cProfile each case")
     args = parser.parse_args(argv)
+    # Inside a running loop, as in the gateway: every READ_SLICE_BYTES a side yields the
+    # loop (call_soon); those calls only pile up here, one per 256 kB fed.
+    return asyncio.run(_main(args))
+
+
+async def _main(args: argparse.Namespace) -> int:
     conn = connection()
     for name, (request, response, per) in cases(args.partitions).items():
         n = max(args.requests // per, 1)

@@ -109,7 +109,9 @@ class Gateway:
         self.metrics.traffic.refresh = self._fold_live_connections
         self.started = False
         # Event-loop lag (kafka_gateway_event_loop_lag_seconds), measured from start().
-        self.loop_lag = LoopLagMonitor(self.metrics.event_loop_lag)
+        self.loop_lag = LoopLagMonitor(
+            self.metrics.event_loop_lag, self.metrics.event_loop_lag_busy
+        )
         self.stopping = False
         self.request_log = (
             RequestLog(config.log_requests, config.log_request_level)
@@ -509,7 +511,12 @@ class Gateway:
             self._limits_task.cancel()
         if self._http is not None:
             self._http.close()
-        log.info("gateway.stopped", unfinished_connections=len(self.connections))
+        log.info(
+            "gateway.stopped",
+            unfinished_connections=len(self.connections),
+            longest_loop_lag_ms=round(self.loop_lag.longest_s * 1000, 3),
+            longest_loop_lag_busy_ms=round(self.loop_lag.longest_busy_s * 1000, 3),
+        )
 
 
 async def probe_api_versions(

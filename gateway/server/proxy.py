@@ -70,6 +70,20 @@ WRITE_BUFFER_HIGH = 512 * 1024
 WRITE_BUFFER_LOW = 128 * 1024
 # Client bytes held while the upstream handshake runs; above this the client is paused.
 PENDING_HIGH = 1024 * 1024
+# Bytes one side of a connection reads before it yields the event loop to the others.
+# libuv reads a readable socket up to 32 times in one turn of the loop (up to 256 kB a
+# read under uvloop), so four clients streaming a 4.2 MB Metadata response held the loop
+# for up to 10 ms at a time while every other connection waited (issue 19's event-loop
+# lag). Past this many bytes the side pauses reading and resumes on the loop's next
+# turn: two epoll_ctl calls per slice, well under 1 % of relaying it.
+READ_SLICE_BYTES = 256 * 1024
+
+# Why a side's reading is paused, as bits: it reads again once no reason is left.
+_HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
+_BACKPRESSURE = 2  # the other side's write buffer is above its high-water mark
+_MEMORY = 4  # queued_max_request_bytes is spent (gateway/server/limits.py)
+_DRAINING = 8  # SIGTERM: no new requests, never resumed
+_SLICE = 16  # yielded the loop after READ_SLICE_BYTES, until its next turn
 
 
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
@@ -118,7 +132,12 @@ class ClientConnection(asyncio.Protocol):
         self._held: list[bytes] = []
         self._held_size = 0
         self._closed = False
-        self._client_paused = False
+        # Reasons (bits above) each side's reading is paused, and bytes read since
+        # each side last yielded the loop.
+        self._client_pauses = 0
+        self._upstream_pauses = 0
+        self._client_slice = 0
+        self._upstream_slice = 0
         self.draining = False
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
@@ -129,7 +148,6 @@ class ClientConnection(asyncio.Protocol):
         self.peer_ip = "?"
         self.opened_at = 0.0
         self.charged = 0  # bytes counted against queued_max_request_bytes
-        self._memory_paused = False
         self._first_done = False
         self.counted = False  # in the caps' counts (ConnectionLimits.admit/release)
         # The pending start of a connection held by the creation-rate throttle.
@@ -192,11 +210,16 @@ class ClientConnection(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
+        self._client_slice += len(data)
+        if self._client_slice >= READ_SLICE_BYTES:
+            self._client_slice = 0
+            self.pause_client(_SLICE)
+            asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
         if self.ranges is None:
             self._held.append(data)
             self._held_size += len(data)
             if self._held_size > PENDING_HIGH:
-                self.pause_client()
+                self.pause_client(_HELD)
         else:
             info = self.info
             if info is not None:
@@ -241,12 +264,10 @@ class ClientConnection(asyncio.Protocol):
         self.gateway.connection_closed(self)
 
     def pause_writing(self) -> None:
-        if self.upstream is not None:
-            self.upstream.pause_reading()
+        self.pause_upstream(_BACKPRESSURE)
 
     def resume_writing(self) -> None:
-        if self.upstream is not None:
-            self.upstream.resume_reading()
+        self.resume_upstream(_BACKPRESSURE)
 
     # -- the pass-through table, and what happens to what it holds back ----------------
     def _intercept_request(self, api_key: int, api_version: int) -> bool:
@@ -388,7 +409,7 @@ class ClientConnection(asyncio.Protocol):
             self.data_received(data)
             if self._closed:
                 return
-        self.resume_client()
+        self.resume_client(_HELD)
 
     def renegotiate(self) -> None:
         """(Re)compute what this connection may use, e.g. after finalized levels changed.
@@ -412,6 +433,11 @@ class ClientConnection(asyncio.Protocol):
         info = self.info
         if info is not None:
             info.bytes_out += len(data)
+        self._upstream_slice += len(data)
+        if self._upstream_slice >= READ_SLICE_BYTES:
+            self._upstream_slice = 0
+            self.pause_upstream(_SLICE)
+            asyncio.get_running_loop().call_soon(self.resume_upstream, _SLICE)
         for item in self.responses.feed(data):
             if isinstance(item, _BUFFERS):
                 client.write(item)
@@ -481,11 +507,10 @@ class ClientConnection(asyncio.Protocol):
         return self._first_done
 
     def memory_pause(self, paused: bool) -> None:
-        self._memory_paused = paused
         if paused:
-            self.pause_client()
+            self.pause_client(_MEMORY)
         else:
-            self.resume_client()
+            self.resume_client(_MEMORY)
 
     def limit_close(self, reason: str) -> None:
         self.close()
@@ -528,25 +553,34 @@ class ClientConnection(asyncio.Protocol):
         )
         self.close()
 
-    def pause_client(self) -> None:
-        if self.client is not None and not self._client_paused:
-            self._client_paused = True
-            self.client.pause_reading()
+    def pause_client(self, reason: int) -> None:
+        if self.client is not None:
+            if not self._client_pauses:
+                self.client.pause_reading()
+            self._client_pauses |= reason
 
-    def resume_client(self) -> None:
-        if (
-            self.client is not None
-            and self._client_paused
-            and not self.draining
-            and not self._memory_paused
-        ):
-            self._client_paused = False
-            self.client.resume_reading()
+    def resume_client(self, reason: int) -> None:
+        if self._client_pauses & reason:
+            self._client_pauses &= ~reason
+            if not self._client_pauses and self.client is not None and not self._closed:
+                self.client.resume_reading()
+
+    def pause_upstream(self, reason: int) -> None:
+        if self.upstream is not None:
+            if not self._upstream_pauses:
+                self.upstream.pause_reading()
+            self._upstream_pauses |= reason
+
+    def resume_upstream(self, reason: int) -> None:
+        if self._upstream_pauses & reason:
+            self._upstream_pauses &= ~reason
+            if not self._upstream_pauses and self.upstream is not None and not self._closed:
+                self.upstream.resume_reading()
 
     def drain(self) -> None:
         """Stop taking requests; close once every in-flight request was answered."""
         self.draining = True
-        self.pause_client()
+        self.pause_client(_DRAINING)
         if not self.inflight:
             self.close()
 
@@ -586,7 +620,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.pair.upstream_lost(exc)
 
     def pause_writing(self) -> None:
-        self.pair.pause_client()
+        self.pair.pause_client(_BACKPRESSURE)
 
     def resume_writing(self) -> None:
-        self.pair.resume_client()
+        self.pair.resume_client(_BACKPRESSURE)

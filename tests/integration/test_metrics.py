@@ -55,6 +55,7 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_zookeeper_staleness_seconds": ("gauge", []),
     "kafka_gateway_healthy": ("gauge", []),
     "kafka_gateway_event_loop_lag_seconds": ("histogram", []),
+    "kafka_gateway_event_loop_lag_busy_seconds": ("histogram", []),
     # connection limits (gateway/server/limits.py)
     "kafka_gateway_connections_refused": ("counter", ["reason"]),
     "kafka_gateway_connections_closed": ("counter", ["reason"]),

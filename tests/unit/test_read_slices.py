@@ -1,0 +1,138 @@
+"""A connection side that has read READ_SLICE_BYTES yields the event loop for a turn,
+and that yield never lifts a pause that has another reason (back-pressure, the memory
+budget, draining).
+
+The transports are stand-ins that record pause_reading/resume_reading: whether a real
+socket is being read at a given moment cannot be observed from outside, and the order
+of these calls is what is under test. The connection, its readers and the event loop
+(uvloop, the gateway's) are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+
+import uvloop
+
+from gateway.config import load_config
+from gateway.server.app import Gateway
+from gateway.server.proxy import READ_SLICE_BYTES, ClientConnection
+from gateway.versions import gateway_supported
+
+DESCRIBE_GROUPS = 15
+
+
+class RecordingTransport:
+    """Keeps what is written and whether reading is paused."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.reading = True
+        self.closed = False
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.written += len(data)
+
+    def writelines(self, frames: list[bytes]) -> None:
+        for data in frames:
+            self.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed while reading"
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _connection() -> tuple[ClientConnection, RecordingTransport, RecordingTransport]:
+    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
+    conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
+    client, upstream = RecordingTransport(), RecordingTransport()
+    conn.client = client  # type: ignore[assignment]
+    conn.upstream = upstream  # type: ignore[assignment]
+    conn._negotiated(gateway_supported())
+    return conn, client, upstream
+
+
+def _request(correlation_id: int) -> bytes:
+    """DescribeGroups v0 for no group: forwarded untouched."""
+    client_id = b"slices"
+    body = struct.pack(">hhih", DESCRIBE_GROUPS, 0, correlation_id, len(client_id)) + client_id
+    body += struct.pack(">i", 0)
+    return struct.pack(">i", len(body)) + body
+
+
+def _large_response(correlation_id: int, size: int) -> bytes:
+    """A response frame of ``size`` bytes in all (its body is not looked at)."""
+    return struct.pack(">ii", size - 4, correlation_id) + bytes(size - 8)
+
+
+def _run(test: Callable[[], Awaitable[None]]) -> None:
+    uvloop.run(test())
+
+
+async def _next_turn() -> None:
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+def test_a_large_response_yields_the_loop_every_slice_and_arrives_whole() -> None:
+    async def main() -> None:
+        conn, client, upstream = _connection()
+        conn.data_received(_request(1))
+        response = _large_response(1, 4 * READ_SLICE_BYTES)
+        for start in range(0, len(response), READ_SLICE_BYTES):
+            conn.upstream_data(response[start : start + READ_SLICE_BYTES])
+            assert not upstream.reading  # yielded: the next read waits for the next turn
+            await _next_turn()
+            assert upstream.reading
+        assert client.written == len(response)
+        assert len(conn.inflight) == 0
+
+    _run(main)
+
+
+def test_a_yield_does_not_lift_back_pressure() -> None:
+    async def main() -> None:
+        conn, _client, upstream = _connection()
+        conn.data_received(_request(1))
+        conn.pause_writing()  # the client's write buffer is full
+        assert not upstream.reading
+        conn.upstream_data(_large_response(1, 2 * READ_SLICE_BYTES)[:READ_SLICE_BYTES])
+        await _next_turn()
+        assert not upstream.reading, "the slice's end resumed a back-pressured upstream"
+        conn.resume_writing()
+        assert upstream.reading
+
+    _run(main)
+
+
+def test_client_slices_keep_the_memory_pause_and_draining() -> None:
+    async def main() -> None:
+        conn, client, _upstream = _connection()
+        requests = b"".join(_request(i) for i in range(READ_SLICE_BYTES // 20))
+        conn.memory_pause(True)
+        assert not client.reading
+        conn.data_received(requests)
+        await _next_turn()
+        assert not client.reading, "the slice's end resumed a client over the memory budget"
+        conn.memory_pause(False)
+        assert client.reading
+
+        conn.data_received(requests)
+        assert not client.reading  # its own yield
+        conn.drain()
+        await _next_turn()
+        assert not client.reading, "a draining connection read again"
+
+    _run(main)
