@@ -61,6 +61,11 @@ def rate(metric: str, by: str, selector: str = SELECTED) -> str:
     return f"sum by ({by}) (rate({metric}{{{selector}}}[$__rate_interval]))"
 
 
+def p99(histogram: str) -> str:
+    """The 99th percentile per gateway of a histogram (summed over its workers)."""
+    return f"histogram_quantile(0.99, {rate(f'{histogram}_bucket', 'le, instance')})"
+
+
 def series(title: str, description: str, unit: str) -> timeseries.Panel:
     return (
         timeseries.Panel()
@@ -340,6 +345,27 @@ def zookeeper_and_workers() -> list[object]:
             query(
                 f"sum by (instance) (increase({WORKER_RESTARTS}{{{SELECTED}}}[$__rate_interval]))",
                 "{{instance}}",
+            )
+        ),
+        series(
+            "Event-loop lag p99",
+            "How long a callback that became ready waited for a worker's event loop: every "
+            "connection of that worker waited as long. 'running callbacks' is the part the "
+            "loop spent working (a large response, many busy connections at once); the rest "
+            "is the process waiting for a CPU (a busy node, a CPU limit). Above 1 ms is slow.",
+            "s",
+        )
+        .span(24)
+        .thresholds(thresholds((None, "green"), (0.001, "orange")))
+        .thresholds_style(
+            common_builders.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.LINE)
+        )
+        .with_target(query(p99("kafka_gateway_event_loop_lag_seconds"), "{{instance}} waited"))
+        .with_target(
+            query(
+                p99("kafka_gateway_event_loop_lag_busy_seconds"),
+                "{{instance}} running callbacks",
+                ref="B",
             )
         ),
     ]

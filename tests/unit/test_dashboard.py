@@ -82,6 +82,7 @@ def test_the_panels_operators_asked_for_are_there() -> None:
         "Feature epoch divergence",
         "ZooKeeper staleness",
         "Worker restarts",
+        "Event-loop lag p99",
     ):
         assert wanted in titles
     assert len(titles) == len(set(titles))

@@ -67,9 +67,17 @@ METRICS = frozenset(
         "kafka_gateway_zookeeper_staleness_seconds",
         "kafka_gateway_healthy",
         "kafka_gateway_info",
+        "kafka_gateway_event_loop_lag_seconds",
+        "kafka_gateway_event_loop_lag_busy_seconds",
     }
 )
-HISTOGRAMS = frozenset({"kafka_gateway_request_latency_seconds"})
+HISTOGRAMS = frozenset(
+    {
+        "kafka_gateway_request_latency_seconds",
+        "kafka_gateway_event_loop_lag_seconds",
+        "kafka_gateway_event_loop_lag_busy_seconds",
+    }
+)
 # Series Prometheus makes itself for every target: `up` is how a gateway that cannot be
 # scraped at all shows (KafkaGatewayDown).
 PROMETHEUS_SYNTHETIC = frozenset({"up"})
