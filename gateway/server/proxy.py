@@ -84,6 +84,7 @@ _BACKPRESSURE = 2  # the other side's write buffer is above its high-water mark
 _MEMORY = 4  # queued_max_request_bytes is spent (gateway/server/limits.py)
 _DRAINING = 8  # SIGTERM: no new requests, never resumed
 _SLICE = 16  # yielded the loop after READ_SLICE_BYTES, until its next turn
+_THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 
 
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
@@ -176,7 +177,7 @@ class ClientConnection(asyncio.Protocol):
             # Over max_connection_creation_rate: Kafka's acceptor waits before taking
             # the connection; the kernel has taken it here, so it is held unread (its
             # bytes wait in the socket) until its token is due.
-            client.pause_reading()
+            self.pause_client(_THROTTLED)
             self._throttle = asyncio.get_running_loop().call_later(delay, self._serve)
             return
         self._serve()
@@ -189,7 +190,7 @@ class ClientConnection(asyncio.Protocol):
             self._throttle = None
             if self._closed:
                 return
-            client.resume_reading()
+            self.resume_client(_THROTTLED)
         self.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
