@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 from .interceptors._codec import decode_response
 from .interceptors._tagged import strip_unknown_tags
-from .protocol import API_VERSIONS, api_spec, known_api_keys
+from .protocol import API_VERSIONS, api_range, known_api_keys
 
 VersionRange = tuple[int, int]
 """Inclusive (min_version, max_version) of one API key."""
@@ -84,9 +84,9 @@ class ApiVersionsError(Exception):
 def _gateway_supported() -> tuple[tuple[int, VersionRange], ...]:
     out = []
     for key in known_api_keys():
-        spec = api_spec(key)
-        if spec is not None:
-            out.append((key, (spec.min_version, spec.max_version)))
+        versions = api_range(key)
+        if versions is not None:
+            out.append((key, versions))
     return tuple(out)
 
 

@@ -10,6 +10,7 @@ from ._apis import (
     UPDATE_FEATURES,
     ApiSpec,
     api_name,
+    api_range,
     api_spec,
     known_api_keys,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "TailPolicy",
     "UnreadableResponse",
     "api_name",
+    "api_range",
     "api_spec",
     "frame",
     "known_api_keys",

@@ -65,6 +65,20 @@ def api_spec(key: int) -> ApiSpec | None:
     return ApiSpec(key, display_name(name), versions[0], versions[-1], first_flexible)
 
 
+def api_range(key: int) -> tuple[int, int] | None:
+    """The versions kio has schemas for, (min, max); None for an unknown key.
+
+    Read from kio's index alone: unlike ``api_spec`` it imports no schema module (a
+    process that only negotiates, such as a multi-worker gateway's supervisor, never
+    loads the ~17 MB of schemas that telling flexible versions apart takes).
+    """
+    name = api_key_map.get(key)
+    if name is None:
+        return None
+    versions = schema_name_map[name]
+    return min(versions), max(versions)
+
+
 def api_name(key: int) -> str:
     """A stable, bounded label for metrics and logs ("unknown" for foreign keys)."""
     spec = api_spec(key)

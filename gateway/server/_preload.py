@@ -8,11 +8,13 @@ the shared pages.
 
 import gc
 
-from ..versions import gateway_supported
+from ..protocol import api_spec, known_api_keys
 from . import app, supervisor  # noqa: F401  (imported for their side effect: loaded)
 
-# Every worker computes this at start, importing the schema of every API version kio
-# knows (~1,000 modules, ~17 MB): once here, shared by all.
-gateway_supported()
+# A worker looks up each API's spec on its first request of that API, which imports
+# that API's schemas (~1,000 modules, ~17 MB for all of them): all of them here, once,
+# shared by every worker.
+for key in known_api_keys():
+    api_spec(key)
 gc.collect()
 gc.freeze()
