@@ -46,6 +46,7 @@ from .limits import ConnectionLimits
 from .loop_lag import LoopLagMonitor
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
+from .services import Negotiated
 from .sni import SniRouter
 from .tls import (
     TlsSetupError,
@@ -58,6 +59,12 @@ from .worker_role import WorkerRole
 
 log = get_logger("gateway.server")
 limited = RateLimitedLogger("gateway.server")
+
+
+# Negotiations kept for sharing (Gateway.negotiated): one per upstream and ApiVersions
+# answer, so a cluster mode gateway in front of a large cluster mid-upgrade fits; past
+# this they are forgotten and made again.
+NEGOTIATED_KEPT = 256
 
 
 class Gateway:
@@ -81,6 +88,9 @@ class Gateway:
             config.broker_software_name_tag, config.broker_software_version_tag
         )
         self._own_ranges = gateway_supported()
+        self._negotiated: dict[
+            tuple[HostPort, tuple[tuple[int, VersionRange], ...]], Negotiated
+        ] = {}
         self._software: dict[HostPort, BrokerSoftware] = {}
         self._servers: dict[str, asyncio.Server] = {}
         # Holds the listener-opening tasks so they are not garbage-collected mid-flight.
@@ -301,6 +311,26 @@ class Gateway:
         """KIP-700 for any backend: answer DescribeCluster from Metadata when needed."""
         return self.config.synthesize_describe_cluster or DESCRIBE_CLUSTER not in upstream
 
+    def negotiated(self, address: HostPort, upstream: dict[int, VersionRange]) -> Negotiated:
+        """The ranges of a connection to ``address`` that advertised ``upstream``.
+
+        Every connection to one upstream gets the same answer, so it is made once and
+        shared: the dicts of up to ~90 keys each were most of an idle connection's
+        memory (about 14 kB of its 18 kB of Python objects) when each made its own.
+        Forgotten when the feature caps change, and kept for a few upstreams only.
+        """
+        key = (address, tuple(upstream.items()))
+        found = self._negotiated.get(key)
+        if found is None:
+            ranges = self.advertised_ranges(address, upstream)
+            passthrough = dict(ranges)
+            for api_key in dispatch.answered_here(self, upstream):
+                passthrough.pop(api_key, None)
+            if len(self._negotiated) >= NEGOTIATED_KEPT:
+                self._negotiated.clear()
+            found = self._negotiated[key] = Negotiated(upstream, ranges, passthrough)
+        return found
+
     def advertised_ranges(
         self, address: HostPort, upstream: dict[int, VersionRange]
     ) -> dict[int, VersionRange]:
@@ -366,6 +396,7 @@ class Gateway:
 
     def _features_changed(self) -> None:
         """Finalized levels or compatibility changed: re-cap every connection."""
+        self._negotiated.clear()
         for conn in list(self.connections):
             conn.renegotiate()
         self._update_health()

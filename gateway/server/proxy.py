@@ -402,7 +402,10 @@ class ClientConnection(asyncio.Protocol):
         dispatch.ask_upstream_versions(self, self._negotiated)
 
     def _negotiated(self, upstream_ranges: dict[int, VersionRange]) -> None:
-        self.upstream_ranges = upstream_ranges
+        # The copy every connection to this upstream shares (this one's own goes).
+        self.upstream_ranges = self.gateway.negotiated(
+            self.upstream_address, upstream_ranges
+        ).upstream
         self.renegotiate()
         held, self._held = self._held, []
         self._held_size = 0
@@ -420,12 +423,8 @@ class ClientConnection(asyncio.Protocol):
         """
         if self.upstream is None or (not self.upstream_ranges and self.ranges is None):
             return
-        gw = self.gateway
-        self.ranges = gw.advertised_ranges(self.upstream_address, self.upstream_ranges)
-        passthrough = dict(self.ranges)
-        for api_key in dispatch.answered_here(gw, self.upstream_ranges):
-            passthrough.pop(api_key, None)
-        self._passthrough = passthrough
+        negotiated = self.gateway.negotiated(self.upstream_address, self.upstream_ranges)
+        self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
 
     def upstream_data(self, data: bytes) -> None:
         client = self.client

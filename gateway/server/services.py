@@ -10,7 +10,7 @@ needs: connection bookkeeping, limits, TLS and SNI routing, the request log.
 from __future__ import annotations
 
 import ssl
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..clients import ClientInfo
 from ..config import HostPort
@@ -42,6 +42,12 @@ class GatewayServices(GatewayView, Protocol):
     def connection_opened(self, conn: Connection) -> ClientInfo: ...
     def connection_closed(self, conn: Connection) -> None: ...
     def upstream_server_hostname(self, address: HostPort) -> str | None: ...
-    def advertised_ranges(
-        self, address: HostPort, upstream: dict[int, VersionRange]
-    ) -> dict[int, VersionRange]: ...
+    def negotiated(self, address: HostPort, upstream: dict[int, VersionRange]) -> Negotiated: ...
+
+
+class Negotiated(NamedTuple):
+    """What connections to one upstream may use, shared by all of them (read-only)."""
+
+    upstream: dict[int, VersionRange]  # what the upstream advertised
+    ranges: dict[int, VersionRange]  # what clients are told: own ∩ upstream ∩ caps
+    passthrough: dict[int, VersionRange]  # ranges minus the keys answered here
