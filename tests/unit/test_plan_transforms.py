@@ -14,9 +14,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from featurectl.plan import decide
+from featurectl.plan import decide, tally
 from featurectl.plan import transforms as tx
 from featurectl.plan.job import SESSION_CONF
+from gateway.features.catalogue import load_catalogue
 
 T0 = datetime(2025, 1, 6, tzinfo=UTC)
 INTERVAL_S = 15
@@ -281,10 +282,11 @@ def test_first_and_last_seen_per_client_and_version(spark: SparkSession) -> None
         *((n, "gw-a", tx.REQUESTS, late, v) for n, v in [(0, 0), (1, 0), (2, 0), (3, 4)]),
     ]
     frame = keyed(spark, samples)
-    labels = tx.label_sets(frame)
+    labels = {r["label_id"]: r for r in rows(tx.label_sets(frame), "label_id")}
     increases = tx.counter_increases(frame, tx.gateway_spans(frame))
-    usage = tx.client_api_usage(tx.series_usage(increases), tx.counter_series(frame, labels))
-    got = {r["client_software_version"]: r for r in rows(usage, "client_software_version")}
+    series = rows(tx.request_usage(increases, 60, []), "series")
+    assert all(r["series"] is not None for r in series)  # no label set is gated here
+    got = {r["client_software_version"]: r for r in tally.api_usage(series, labels)}
     assert got["3.7.0"]["requests"] == 4.0  # 3 on gw-a, 1 on gw-b
     assert got["3.7.0"]["first_seen"] == local(0)
     assert got["3.7.0"]["last_seen"] == local(2)
@@ -307,26 +309,47 @@ def test_connections_now_and_peak_per_client_software(spark: SparkSession) -> No
     ]
     frame = keyed(spark, samples)
     small = tx.labelled(frame, tx.label_sets(frame), [tx.CONNECTIONS, tx.INFO])
-    got = rows(tx.connections_by_client(small, tx.gateway_spans(frame)), "client_software_name")
-    assert [(g["connections_now"], g["connections_peak"]) for g in got] == [(3.0, 7.0)]
+    # One-second buckets: a bucket per scrape, so peak and now come from different rows.
+    buckets = rows(tx.connections_by_bucket(small, tx.gateway_spans(frame), 1), "bucket")
+    assert [(g["connections"], g["peak"], g["now"]) for g in buckets] == [
+        (7.0, 7.0, None),
+        (3.0, 3.0, 3.0),
+    ]
+    # (peak, now) per client software: now is gw-a's 1 and gw-b's 2 at their last scrape.
+    assert tally.connections_per_client(buckets) == {("librdkafka", "2.6.1"): (7.0, 3.0)}
 
 
-def test_gated_usage_names_the_feature_level_each_api_version_needs(spark: SparkSession) -> None:
-    usage = spark.createDataFrame(
-        [
-            (68, "ConsumerGroupHeartbeat", 0, "librdkafka", "2.6.1", 10.0),
-            (0, "Produce", 11, "x", "1", 5.0),
-        ],
-        "api_key int, api string, api_version int, client_software_name string, "
-        "client_software_version string, requests double",
+def test_gated_usage_names_the_feature_level_each_api_version_needs() -> None:
+    usage = [
+        {
+            "api_key": key,
+            "api": api,
+            "api_version": version,
+            "client_software_name": name,
+            "client_software_version": "1",
+            "requests": 10.0,
+            "first_seen": None,
+            "last_seen": None,
+            "gateways": ["gw"],
+        }
+        for key, api, version, name in [
+            (68, "ConsumerGroupHeartbeat", 0, "librdkafka"),
+            (68, "ConsumerGroupHeartbeat", 0, None),
+            (0, "Produce", 11, "x"),
+        ]
+    ]
+    levels = tally.gated_levels(
+        load_catalogue(None),
+        [{"api_key": r["api_key"], "api_version": r["api_version"]} for r in usage],
     )
-    lookup = spark.createDataFrame(
-        [(68, 0, "group.version", 1)], "api_key int, api_version int, feature string, level int"
-    )
-    got = rows(tx.gated_usage(usage, lookup), "api_key")
+    assert levels == {(68, 0): ("group.version", 1)}
+    connections = {("librdkafka", "1"): (4.0, 2.0), (None, "1"): (9.0, 9.0)}
+    got = tally.gated_clients(usage, levels, connections)
     assert [(g["api"], g["feature"], g["level"]) for g in got] == [
         ("ConsumerGroupHeartbeat", "group.version", 1)
-    ]
+    ] * 2
+    # A client without a name matches no connections, as the SQL join on nulls did.
+    assert [(g["connections_peak"], g["connections_now"]) for g in got] == [(4.0, 2.0), (0.0, 0.0)]
 
 
 # -- features and verdicts (decided on the driver: featurectl.plan.decide) ----------------
