@@ -296,6 +296,34 @@ def test_first_and_last_seen_per_client_and_version(spark: SparkSession) -> None
     assert got["2.6.1"]["first_seen"] == got["2.6.1"]["last_seen"] == local(3)
 
 
+def test_gated_requests_per_chart_bucket_add_up_over_gateways(spark: SparkSession) -> None:
+    gated, plain = request_labels(68, 0), request_labels(0, 9)
+    samples = [
+        *(
+            (n, gw, tx.REQUESTS, gated, v)
+            for gw in ("gw-a", "gw-b")
+            for n, v in enumerate([0, 10, 30, 60])
+        ),
+        *((n, "gw-a", tx.REQUESTS, plain, v) for n, v in enumerate([0, 5, 5, 5])),
+    ]
+    frame = keyed(spark, samples)
+    label_rows = rows(tx.label_sets(frame), "label_id")
+    levels = tally.gated_levels(load_catalogue(None), label_rows)
+    assert levels == {(68, 0): ("group.version", 1)}
+    increases = tx.counter_increases(frame, tx.gateway_spans(frame))
+    got = rows(tx.request_usage(increases, 30, tally.gated_label_ids(label_rows, levels)), "bucket")
+    # Three series, and two 30 s buckets of the gated label set (scrapes 0-1 and 2-3).
+    assert len([r for r in got if r["series"] is not None]) == 3
+    buckets = [r for r in got if r["series"] is None]
+    labels = {r["label_id"]: r for r in label_rows}
+    chart = tally.gated_series(buckets, labels, levels, 30)
+    start = int(T0.timestamp())
+    assert [(c["bucket"], c["feature"], c["level"], c["rate"]) for c in chart] == [
+        (start, "group.version", 1, 2 * 10 / 30),  # the first sample is a baseline
+        (start + 30, "group.version", 1, 2 * 50 / 30),
+    ]
+
+
 def test_connections_now_and_peak_per_client_software(spark: SparkSession) -> None:
     rdk = label_text(
         listener="plain", client_software_name="librdkafka", client_software_version="2.6.1"
