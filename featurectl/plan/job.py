@@ -539,7 +539,7 @@ def _local_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]], ddl: st
     """A frame of ``rows`` (the columns ``ddl`` names, as ``name type, ...``) held in the
     query plan itself. From an Arrow table Spark makes a local relation: joining it
     takes no job, where rows from Python become an RDD whose broadcast runs a job with
-    Python workers (~2 s of a 10M-sample run)."""
+    Python workers (~1 s of a 10M-sample run)."""
     import pyarrow as pa
 
     fields = [field.split() for field in ddl.split(", ")]

@@ -15,6 +15,10 @@ Frames and their columns:
   (for the small metrics: gauges, info)
 * support: ``gateway_id``, ``feature``, ``min_level``, ``max_level`` (per live gateway)
 * finalized: ``feature``, ``level``
+* increases: the counter's samples with ``increase`` (``counter_increases``), which
+  ``request_usage`` adds up per series and chart bucket; with ``connections_by_bucket``
+  these are the second pass's few thousand rows, joined to their labels and grouped
+  further on the driver (``featurectl.plan.tally``).
 
 Counters (``requests_total``) are read as increases between consecutive samples of a
 series, a drop meaning a reset (the gateway restarted, the count began again from 0).
