@@ -28,7 +28,7 @@ CLIENT = ("client_software_name", "client_software_version")
 Support = tuple[str, str, int | None, int | None]
 
 
-def _nulls_first(value: Any) -> tuple[bool, Any]:
+def nulls_first(value: Any) -> tuple[bool, Any]:
     """Sort key of one field as Spark's ``sort_array`` orders it: nulls first."""
     return (value is not None, value)
 
@@ -169,7 +169,7 @@ def verdicts(
         ]
         named = sorted(
             {tuple(c[k] for k in CLIENT) for c in users},
-            key=lambda pair: tuple(_nulls_first(v) for v in pair),
+            key=lambda pair: tuple(nulls_first(v) for v in pair),
         )
         blocking_gateways = [] if kind in ("disable", "noop") else gateways
         blocking_clients = (
@@ -200,4 +200,4 @@ def verdicts(
     return out
 
 
-__all__ = ["blocking_gateways", "feature_levels", "kind_of", "verdicts"]
+__all__ = ["CLIENT", "blocking_gateways", "feature_levels", "kind_of", "nulls_first", "verdicts"]

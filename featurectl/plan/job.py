@@ -387,43 +387,77 @@ class _Clock:
 
 
 def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
-    """Run the Spark side: read, transform, collect the small results."""
-    from featurectl.plan import decide, readers
+    """Run the Spark side: read, transform, collect the small results.
+
+    Two passes over the samples, each one query collected once: the gateway spans and
+    label sets, which the second pass is planned from, then everything else (usage per
+    series, chart buckets, connections, and the state when only the gauges tell it).
+    What those few thousand rows add up to is Python on the driver (``tally``,
+    ``decide``): a run used to be ~40 short Spark jobs, and planning and JIT-compiling
+    them was most of a 10M-sample run (bench/README.md, "Third pass").
+    """
+    from pyspark.sql import functions as F
+
+    from featurectl.plan import decide, readers, tally
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
     root = readers.dataset_uri(inputs.metrics)
     dataset_samples = readers.read_samples(spark, root, metrics=tx.PLAN_METRICS, parse_labels=False)
-    keyed = tx.key_samples(dataset_samples.frame).cache()
-    spans = tx.gateway_spans(keyed).cache()
-    span_rows = spans.collect()  # the first action: reads everything, fills the cache
+    keyed = tx.key_samples(dataset_samples.frame)
+    if dataset_samples.text_count is not None:
+        # Text lines are parsed per pass: parse them once. Parquet is read again
+        # instead; reading the columns a pass needs costs less than building a cache.
+        keyed = keyed.cache()
+    spans_exact = tx.gateway_spans(keyed).withColumns(
+        {"first_us": F.unix_micros("first_ts"), "last_us": F.unix_micros("last_ts")}
+    )
+    span_rows, label_rows = _collect_together(spans_exact, tx.label_sets(keyed))
     if not span_rows:
         raise readers.DatasetError(
             f"{inputs.metrics} has no kafka_gateway_* samples the planner reads; "
             "check that the scraped URLs are kafka-gateway /metrics endpoints"
         )
     total_samples = dataset_samples.total()
-    labels = tx.label_sets(keyed).cache()
-    # Gauges and info: a few rows per scrape, cheap to carry with their labels.
-    small = tx.labelled(keyed, labels, [m for m in tx.PLAN_METRICS if m != tx.REQUESTS]).cache()
     clock.lap("parse")
 
-    state = _state(spark, inputs, root, small, spans)
+    snapshot = _snapshot_state(spark, inputs, root)
     clock.lap("state")
 
-    increases = tx.counter_increases(keyed, spans).cache()
-    series = tx.counter_series(keyed, labels).cache()
-    usage = tx.client_api_usage(tx.series_usage(increases), series).cache()
-    usage_rows = usage.collect()
-    lookup = readers.lookup_frame(
-        spark,
-        inputs.catalogue,
-        [(r.api_key, r.api_version) for r in usage_rows if r.api_key is not None],
+    # The second pass joins these back as small local frames, times as exact integers
+    # (a Python datetime would go through the driver's time zone and back).
+    spans = _local_frame(
+        spark, span_rows, "gateway_id string, first_us long, last_us long, scrapes long"
+    ).select(
+        "gateway_id",
+        F.timestamp_micros("first_us").alias("first_ts"),
+        F.timestamp_micros("last_us").alias("last_ts"),
+        "scrapes",
     )
-    gated = tx.gated_usage(usage, lookup)
-    connections = tx.connections_by_client(small, spans)
-    clients = tx.clients_on_gated_versions(gated, connections).cache()
-    client_rows = clients.collect()
+    labels_frame = _local_frame(spark, label_rows, tx.LABEL_SETS_SCHEMA)
+    levels = tally.gated_levels(inputs.catalogue, label_rows)
+    first = min(r["first_ts"] for r in span_rows)
+    last = max(r["last_ts"] for r in span_rows)
+    bucket_s = max(1, int((last - first).total_seconds() / CHART_BUCKETS) + 1)
+    increases = tx.counter_increases(keyed, spans)
+    gauges = [m for m in tx.PLAN_METRICS if m != tx.REQUESTS] if snapshot is None else []
+    small = tx.labelled(keyed, labels_frame, [tx.CONNECTIONS, *gauges])
+    frames = [
+        tx.request_usage(increases, bucket_s, tally.gated_label_ids(label_rows, levels)),
+        tx.connections_by_bucket(small, spans, bucket_s),
+    ]
+    if snapshot is None:
+        frames += _metrics_state_frames(small, spans)
+    usage_rows, connection_rows, *state_rows = (
+        [_row(r) for r in part] for part in _collect_together(*frames)
+    )
+    state = snapshot or _metrics_state(inputs, *state_rows)
+    if dataset_samples.text_count is not None:
+        keyed.unpersist()
+
+    labels = {r["label_id"]: _row(r) for r in label_rows}
+    usage = tally.api_usage((r for r in usage_rows if r["series"] is not None), labels)
+    client_dicts = tally.gated_clients(usage, levels, tally.connections_per_client(connection_rows))
     clock.lap("clients")
 
     # The decisions are Python on the driver: their inputs are a few dozen rows.
@@ -431,44 +465,38 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     features = decide.feature_levels(catalogue, state.gateway_ids, state.support, state.finalized)
     targets = dict(inputs.targets) or _default_targets(features)
     blocker_rows = decide.blocking_gateways(targets, state.gateway_ids, state.support)
-    client_dicts = [_row(r) for r in client_rows]
     verdict_rows = decide.verdicts(
         targets, state.finalized, blocker_rows, client_dicts, len(state.gateway_ids)
     )
     clock.lap("verdicts")
 
-    first = min(r.first_ts for r in span_rows)
-    last = max(r.last_ts for r in span_rows)
-    bucket_s = max(1, int((last - first).total_seconds() / CHART_BUCKETS) + 1)
-    connections_series = [_row(r) for r in tx.connections_over_time(small, bucket_s).collect()]
-    gated_series = [
-        _row(r) for r in tx.gated_requests_over_time(increases, series, lookup, bucket_s).collect()
-    ]
+    connections_series = tally.connections_series(connection_rows)
+    gated_series = tally.gated_series(
+        (r for r in usage_rows if r["series"] is None), labels, levels, bucket_s
+    )
     clock.lap("charts")
 
     dataset = {
         "path": inputs.metrics,
         "samples": total_samples,
-        "planner_samples": sum(r.samples for r in span_rows),
+        "planner_samples": sum(r["samples"] for r in span_rows),
         "gateways": len(span_rows),
-        "scrapes": sum(r.scrapes for r in span_rows),
+        "scrapes": sum(r["scrapes"] for r in span_rows),
         "start_ms": _ms(first),
         "end_ms": _ms(last),
         "gateway_spans": sorted(
             (
                 {
-                    "gateway_id": r.gateway_id,
-                    "first_ms": _ms(r.first_ts),
-                    "last_ms": _ms(r.last_ts),
-                    "scrapes": r.scrapes,
+                    "gateway_id": r["gateway_id"],
+                    "first_ms": _ms(r["first_ts"]),
+                    "last_ms": _ms(r["last_ts"]),
+                    "scrapes": r["scrapes"],
                 }
                 for r in span_rows
             ),
             key=lambda g: g["gateway_id"],
         ),
     }
-    for frame in (keyed, spans, labels, small, increases, series, usage, clients):
-        frame.unpersist()
     return PlanData(
         dataset=dataset,
         state=state.doc,
@@ -479,11 +507,45 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
             client_dicts,
             key=lambda c: (c["feature"], -c["level"], -c["requests"], c["client_software_name"]),
         ),
-        usage=[_row(r) for r in usage_rows],
+        usage=usage,
         connections_series=connections_series,
         gated_series=gated_series,
         timings=clock.timings,
     )
+
+
+def _collect_together(*frames: DataFrame) -> list[list[dict[str, Any]]]:
+    """The rows of each (small) frame, as plain dicts, from one query: one job graph to
+    plan and run instead of one per frame. Columns of the same name must have one type."""
+    from pyspark.sql import functions as F
+
+    columns = [frame.columns for frame in frames]
+    tagged = [frame.withColumn("_part", F.lit(i)) for i, frame in enumerate(frames)]
+    union = tagged[0]
+    for frame in tagged[1:]:
+        union = union.unionByName(frame, allowMissingColumns=True)
+    parts: list[list[dict[str, Any]]] = [[] for _ in frames]
+    for row in union.collect():
+        part = row["_part"]
+        parts[part].append({c: row[c] for c in columns[part]})
+    return parts
+
+
+# Arrow types of the simple DDL types ``_local_frame`` is given.
+_ARROW_TYPES = {"string": "string", "long": "int64", "int": "int32"}
+
+
+def _local_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]], ddl: str) -> DataFrame:
+    """A frame of ``rows`` (the columns ``ddl`` names, as ``name type, ...``) held in the
+    query plan itself. From an Arrow table Spark makes a local relation: joining it
+    takes no job, where rows from Python become an RDD whose broadcast runs a job with
+    Python workers (~1 s of a 10M-sample run)."""
+    import pyarrow as pa
+
+    fields = [field.split() for field in ddl.split(", ")]
+    schema = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in fields])
+    table = pa.Table.from_pylist([{name: r[name] for name, _ in fields} for r in rows], schema)
+    return spark.createDataFrame(table)
 
 
 @dataclass
@@ -497,57 +559,75 @@ class LiveState:
     finalized: dict[str, int]  # feature -> level, levels >= 1 only
 
 
-def _state(
-    spark: SparkSession, inputs: PlanInputs, root: str, samples: DataFrame, spans: DataFrame
-) -> LiveState:
+def _snapshot_state(spark: SparkSession, inputs: PlanInputs, root: str) -> LiveState | None:
+    """The state from ZooKeeper (``--zookeeper``), else the dataset's newest snapshot."""
     from featurectl.plan import readers
-    from featurectl.plan import transforms as tx
 
     if inputs.zookeeper:
         snapshot, source = _read_zookeeper(inputs.zookeeper, inputs.chroot), "zookeeper"
     else:
         snapshot, source = readers.read_latest_state(spark, root), "snapshot"
-    if snapshot is not None:
-        registrations = snapshot.registrations
-        gateway_ids = [r.gateway_id for r in registrations]
-        doc = {
-            "source": source,
-            "time_ms": snapshot.time_ms,
-            "zookeeper": inputs.zookeeper or snapshot.zookeeper,
-            "chroot": snapshot.chroot or inputs.chroot,
-            "epoch": snapshot.finalized.epoch,
-            "finalized": dict(snapshot.finalized.levels),
-            "gateway_ids": gateway_ids,
-            "registrations": [
-                {
-                    "gateway_id": r.gateway_id,
-                    "listener": r.listener,
-                    "upstream": r.upstream,
-                    "gateway_version": r.gateway_version,
-                    "broker_software": f"{r.broker_software_name} {r.broker_software_version}",
-                    "metrics_url": r.metrics_url,
-                }
-                for r in registrations
-            ],
-        }
-        support = [
-            (reg.gateway_id, name, low, high)
-            for reg in registrations
-            for name, (low, high) in sorted(reg.features.items())
-        ]
-        finalized = {k: v for k, v in snapshot.finalized.levels.items() if v >= 1}
-        return LiveState(doc, gateway_ids, support, finalized)
-    # Neither ZooKeeper nor a snapshot: the gateways' gauges are the best evidence left.
+    if snapshot is None:
+        return None
+    registrations = snapshot.registrations
+    gateway_ids = [r.gateway_id for r in registrations]
+    doc = {
+        "source": source,
+        "time_ms": snapshot.time_ms,
+        "zookeeper": inputs.zookeeper or snapshot.zookeeper,
+        "chroot": snapshot.chroot or inputs.chroot,
+        "epoch": snapshot.finalized.epoch,
+        "finalized": dict(snapshot.finalized.levels),
+        "gateway_ids": gateway_ids,
+        "registrations": [
+            {
+                "gateway_id": r.gateway_id,
+                "listener": r.listener,
+                "upstream": r.upstream,
+                "gateway_version": r.gateway_version,
+                "broker_software": f"{r.broker_software_name} {r.broker_software_version}",
+                "metrics_url": r.metrics_url,
+            }
+            for r in registrations
+        ],
+    }
     support = [
-        (r.gateway_id, r.feature, r.min_level, r.max_level)
-        for r in tx.support_from_metrics(samples, spans).collect()
+        (reg.gateway_id, name, low, high)
+        for reg in registrations
+        for name, (low, high) in sorted(reg.features.items())
     ]
-    finalized = {r.feature: r.level for r in tx.finalized_from_metrics(samples).collect()}
+    finalized = {k: v for k, v in snapshot.finalized.levels.items() if v >= 1}
+    return LiveState(doc, gateway_ids, support, finalized)
+
+
+def _metrics_state_frames(samples: DataFrame, spans: DataFrame) -> list[DataFrame]:
+    """Neither ZooKeeper nor a snapshot: the gateways' gauges are the best evidence left.
+    Support, finalized levels and the newest epoch, collected with the second pass."""
+    from pyspark.sql import functions as F
+
+    from featurectl.plan import transforms as tx
+
+    return [
+        tx.support_from_metrics(samples, spans),
+        tx.finalized_from_metrics(samples),
+        tx.latest_per_gateway(samples, spans, tx.FINALIZED_EPOCH).agg(
+            F.max("value").alias("epoch")
+        ),
+    ]
+
+
+def _metrics_state(
+    inputs: PlanInputs,
+    support_rows: Sequence[Mapping[str, Any]],
+    finalized_rows: Sequence[Mapping[str, Any]],
+    epoch_rows: Sequence[Mapping[str, Any]],
+) -> LiveState:
+    support = [
+        (r["gateway_id"], r["feature"], r["min_level"], r["max_level"]) for r in support_rows
+    ]
+    finalized = {r["feature"]: r["level"] for r in finalized_rows}
     gateway_ids = sorted({gateway_id for gateway_id, *_ in support})
-    epochs = (
-        tx.latest_per_gateway(samples, spans, tx.FINALIZED_EPOCH).agg({"value": "max"}).collect()
-    )
-    epoch = epochs[0][0] if epochs and epochs[0][0] is not None else -1
+    epoch = epoch_rows[0]["epoch"] if epoch_rows and epoch_rows[0]["epoch"] is not None else -1
     doc = {
         "source": "metrics",
         "time_ms": None,
@@ -590,8 +670,8 @@ def _ms(value: Any) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
 
-def _row(row: Any) -> dict[str, Any]:
-    """A Row as plain JSON-able Python: timestamps become epoch milliseconds."""
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A collected row as plain JSON-able Python: timestamps become epoch milliseconds."""
     from pyspark.sql import Row
 
     def plain(value: Any) -> Any:
@@ -603,7 +683,7 @@ def _row(row: Any) -> dict[str, Any]:
             return _ms(value)
         return value
 
-    return {k: plain(v) for k, v in row.asDict().items()}
+    return {k: plain(v) for k, v in row.items()}
 
 
 # -- entry points ------------------------------------------------------------------------------

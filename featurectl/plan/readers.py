@@ -16,13 +16,9 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from gateway.features.catalogue import Catalogue, required_level
-
 from . import transforms as tx
 from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
-
-LOOKUP_SCHEMA = "api_key int, api_version int, feature string, level int"
 
 
 class DatasetError(Exception):
@@ -201,30 +197,10 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-# -- small frames from Python objects ------------------------------------------------------
-
-
-def lookup_frame(
-    spark: SparkSession, catalogue: Catalogue, pairs: Sequence[tuple[int, int]]
-) -> DataFrame:
-    """``required_level`` of each (api_key, api_version) seen, for the gated ones.
-
-    The pairs come from the data (a few hundred at most), so the catalogue's own
-    function decides, versions beyond any known schema included.
-    """
-    rows = []
-    for key, version in sorted(set(pairs)):
-        need = required_level(catalogue, key, version)
-        if need is not None:
-            rows.append((key, version, need[0], need[1]))
-    return spark.createDataFrame(rows, LOOKUP_SCHEMA)
-
-
 __all__ = [
     "DatasetError",
     "DatasetSamples",
     "dataset_uri",
-    "lookup_frame",
     "read_latest_state",
     "read_lines",
     "read_parquet",

@@ -15,7 +15,10 @@ Frames and their columns:
   (for the small metrics: gauges, info)
 * support: ``gateway_id``, ``feature``, ``min_level``, ``max_level`` (per live gateway)
 * finalized: ``feature``, ``level``
-* lookup: ``api_key``, ``api_version``, ``feature``, ``level`` (``required_level``)
+* increases: the counter's samples with ``increase`` (``counter_increases``), which
+  ``request_usage`` adds up per series and chart bucket; with ``connections_by_bucket``
+  these are the second pass's few thousand rows, joined to their labels and grouped
+  further on the driver (``featurectl.plan.tally``).
 
 Counters (``requests_total``) are read as increases between consecutive samples of a
 series, a drop meaning a reset (the gateway restarted, the count began again from 0).
@@ -66,6 +69,10 @@ PLAN_LABELS = (
     "upstream",
 )
 _INT_LABELS = ("api_key", "api_version")
+# The rows of ``label_sets``, as a schema to build that frame again from rows collected.
+LABEL_SETS_SCHEMA = ", ".join(
+    ["label_id long", *(f"{k} {'int' if k in _INT_LABELS else 'string'}" for k in PLAN_LABELS)]
+)
 # A sample as both formats give it (text after ``attach_scrapes``, Parquet as stored).
 SAMPLE_COLUMNS = ("ts", "gateway_id", "metric", "label_text", "value")
 CLIENT = ("client_software_name", "client_software_version")
@@ -256,105 +263,97 @@ def _series_id() -> Column:
     return F.xxhash64("gateway_id", "label_id").alias("series")
 
 
-def counter_series(keyed: DataFrame, labels: DataFrame, metric: str = REQUESTS) -> DataFrame:
-    """One row per series of counter ``metric``: ``series``, ``gateway_id``, ``REQUEST_LABELS``."""
-    return (
-        keyed.where(F.col("metric") == metric)
-        .select(_series_id(), "gateway_id", "label_id")
-        .dropDuplicates(["series"])
-        .join(F.broadcast(labels.select("label_id", *REQUEST_LABELS)), "label_id")
-        .drop("label_id")
-    )
-
-
 def counter_increases(keyed: DataFrame, spans: DataFrame, metric: str = REQUESTS) -> DataFrame:
     """Each sample of counter ``metric`` with ``increase`` since the series' previous one.
 
-    Rows are narrow (``series``, ``gateway_id``, ``ts``, ``value``, ``increase``); the
-    labels of a series are in ``counter_series``. A drop is a reset: the new value is
-    all increase. The first sample is a baseline (0) unless the series is newborn or its
-    gateway has a single scrape (see the module doc).
+    Rows are narrow (``series``, ``gateway_id``, ``label_id``, ``ts``, ``value``,
+    ``increase``); the labels of a series are its ``label_id``'s (``label_sets``). A drop
+    is a reset: the new value is all increase. The first sample is a baseline (0) unless
+    the series is newborn or its gateway has a single scrape (see the module doc).
     """
     series = Window.partitionBy("series").orderBy("ts")
     prev = F.lag("value").over(series)
-    first = F.when(
-        (F.col("ts") > F.col("first_ts")) | (F.col("scrapes") == 1), F.col("value")
-    ).otherwise(F.lit(0.0))
+    first = F.when(F.col("first_counts"), F.col("value")).otherwise(F.lit(0.0))
     return (
         keyed.where(F.col("metric") == metric)
-        .select(_series_id(), "gateway_id", "ts", "value")
         .join(F.broadcast(spans.select("gateway_id", "first_ts", "scrapes")), "gateway_id")
+        # Whether a first sample counts is known per row before the sort: one boolean
+        # travels through the shuffle instead of the gateway's span.
+        .select(
+            _series_id(),
+            "gateway_id",
+            "label_id",
+            "ts",
+            "value",
+            ((F.col("ts") > F.col("first_ts")) | (F.col("scrapes") == 1)).alias("first_counts"),
+        )
         .withColumn(
             "increase",
             F.when(prev.isNull(), first)
             .when(F.col("value") >= prev, F.col("value") - prev)
             .otherwise(F.col("value")),
         )
-        .drop("first_ts", "scrapes")
+        .drop("first_counts")
     )
 
 
-def series_usage(increases: DataFrame) -> DataFrame:
-    """Per series: ``requests`` (sum of increases), ``first_seen``, ``last_seen``.
+def request_usage(increases: DataFrame, bucket_s: int, gated: Sequence[int]) -> DataFrame:
+    """What ``counter_increases`` adds up to, in one aggregation of two grouping sets.
 
-    ``first_seen``: the first sample where the series had counted anything;
-    ``last_seen``: the last sample where it grew (null: no request in the window).
+    * per series (``series``, ``gateway_id``, ``label_id``): ``requests`` (sum of
+      increases), ``first_seen`` (the first sample where the series had counted
+      anything) and ``last_seen`` (the last sample where it grew; null: no request in
+      the window);
+    * per gated label set and time bucket (``label_id`` in ``gated``, ``bucket``, and
+      ``series`` null): ``requests`` in that bucket, for the chart.
+
+    One aggregation so that the sort by series and time behind the increases runs once;
+    both sets are a few thousand rows, joined to their labels on the driver.
     """
-    return increases.groupBy("series").agg(
-        F.sum("increase").alias("requests"),
-        F.min(F.when(F.col("value") > 0, F.col("ts"))).alias("first_seen"),
-        F.max(F.when(F.col("increase") > 0, F.col("ts"))).alias("last_seen"),
+    gated_bucket = (
+        F.when(F.col("label_id").isin(*gated), _bucket(bucket_s))
+        if gated
+        else F.lit(None).cast("long")
     )
-
-
-def client_api_usage(usage: DataFrame, series: DataFrame) -> DataFrame:
-    """Per API version and client software: requests, first/last seen, gateways.
-
-    ``usage`` from ``series_usage``, ``series`` from ``counter_series``.
-    """
     return (
-        usage.join(series, "series")
-        .groupBy("api_key", "api", "api_version", *CLIENT)
-        .agg(
-            F.sum("requests").alias("requests"),
-            F.min("first_seen").alias("first_seen"),
-            F.max("last_seen").alias("last_seen"),
-            F.sort_array(F.collect_set("gateway_id")).alias("gateways"),
+        increases.withColumn("bucket", gated_bucket)
+        .groupingSets(
+            [["series", "gateway_id", "label_id"], ["label_id", "bucket"]],
+            "series",
+            "gateway_id",
+            "label_id",
+            "bucket",
         )
+        .agg(
+            F.sum("increase").alias("requests"),
+            F.min(F.when(F.col("value") > 0, F.col("ts"))).alias("first_seen"),
+            F.max(F.when(F.col("increase") > 0, F.col("ts"))).alias("last_seen"),
+        )
+        # The second set's rows of ungated label sets (bucket null) are not wanted.
+        .where(F.col("series").isNotNull() | F.col("bucket").isNotNull())
     )
 
 
-def gated_usage(usage: DataFrame, lookup: DataFrame) -> DataFrame:
-    """Usage rows of API versions that need a feature level, with ``feature``/``level``."""
-    return usage.join(F.broadcast(lookup), ["api_key", "api_version"])
+def connections_by_bucket(samples: DataFrame, spans: DataFrame, bucket_s: int) -> DataFrame:
+    """Connections per client software and time bucket, summed over gateways.
 
-
-def connections_by_client(samples: DataFrame, spans: DataFrame) -> DataFrame:
-    """Per client software: connections at each gateway's last scrape, and the peak.
-
-    The peak is the highest sum over gateways at one sample time (collect writes one
-    time per round, so a round's gateways add up).
+    At each sample time the gateways' gauges add up (collect writes one time per round);
+    per bucket: ``connections`` (the mean of those sums), ``peak`` (their highest) and
+    ``now`` (what the gateways' last scrapes hold, null when none falls in the bucket).
+    The chart takes the means; per client, the highest peak and the sum of ``now``
+    are the connections at peak and now (on the driver: a bucket per row).
     """
-    gauge = samples.where(F.col("metric") == CONNECTIONS)
-    now = (
-        gauge.join(F.broadcast(spans.select("gateway_id", "last_ts")), "gateway_id")
-        .where(F.col("ts") == F.col("last_ts"))
-        .groupBy(*CLIENT)
-        .agg(F.sum("value").alias("connections_now"))
+    gauge = samples.where(F.col("metric") == CONNECTIONS).join(
+        F.broadcast(spans.select("gateway_id", "last_ts")), "gateway_id"
     )
-    peak = (
-        gauge.groupBy("ts", *CLIENT)
-        .agg(F.sum("value").alias("total"))
-        .groupBy(*CLIENT)
-        .agg(F.max("total").alias("connections_peak"))
+    per_time = gauge.groupBy("ts", *CLIENT).agg(
+        F.sum("value").alias("total"),
+        F.sum(F.when(F.col("ts") == F.col("last_ts"), F.col("value"))).alias("now"),
     )
-    return peak.join(now, list(CLIENT), "left").fillna(0, ["connections_now"])
-
-
-def clients_on_gated_versions(gated: DataFrame, connections: DataFrame) -> DataFrame:
-    """Gated usage with the connection counts of each client software."""
-    return gated.join(connections, list(CLIENT), "left").fillna(
-        0, ["connections_now", "connections_peak"]
+    return per_time.groupBy(_bucket(bucket_s).alias("bucket"), *CLIENT).agg(
+        F.avg("total").alias("connections"),
+        F.max("total").alias("peak"),
+        F.sum("now").alias("now"),
     )
 
 
@@ -394,57 +393,27 @@ def finalized_from_metrics(samples: DataFrame) -> DataFrame:
     )
 
 
-# -- time series for the charts ------------------------------------------------------------
+# -- time buckets for the charts ------------------------------------------------------------
 
 
 def _bucket(bucket_s: int) -> Column:
+    """The start (epoch seconds) of the ``bucket_s`` long chart bucket holding ``ts``."""
     seconds = F.unix_seconds(F.col("ts"))
-    return (F.floor(seconds / bucket_s) * bucket_s).cast("long").alias("bucket")
-
-
-def connections_over_time(samples: DataFrame, bucket_s: int) -> DataFrame:
-    """Connections per client software per time bucket (sum over gateways, mean in bucket)."""
-    per_time = (
-        samples.where(F.col("metric") == CONNECTIONS)
-        .groupBy("ts", *CLIENT)
-        .agg(F.sum("value").alias("connections"))
-    )
-    return per_time.groupBy(_bucket(bucket_s), *CLIENT).agg(
-        F.avg("connections").alias("connections")
-    )
-
-
-def gated_requests_over_time(
-    increases: DataFrame, series: DataFrame, lookup: DataFrame, bucket_s: int
-) -> DataFrame:
-    """Requests per second needing each feature level, per client software and bucket."""
-    gated = series.join(F.broadcast(lookup), ["api_key", "api_version"]).select(
-        "series", "feature", "level", *CLIENT
-    )
-    return (
-        increases.join(F.broadcast(gated), "series")
-        .groupBy(_bucket(bucket_s), "feature", "level", *CLIENT)
-        .agg((F.sum("increase") / bucket_s).alias("rate"))
-    )
+    return (F.floor(seconds / bucket_s) * bucket_s).cast("long")
 
 
 __all__ = [
     "CLIENT",
     "CONNECTIONS",
     "INFO",
+    "LABEL_SETS_SCHEMA",
     "PLAN_LABELS",
     "PLAN_METRICS",
     "REQUESTS",
     "attach_scrapes",
-    "client_api_usage",
-    "clients_on_gated_versions",
-    "connections_by_client",
-    "connections_over_time",
+    "connections_by_bucket",
     "counter_increases",
-    "counter_series",
     "finalized_from_metrics",
-    "gated_requests_over_time",
-    "gated_usage",
     "gateway_spans",
     "is_sample_line",
     "key_samples",
@@ -453,8 +422,8 @@ __all__ = [
     "latest_per_gateway",
     "parse_exposition",
     "parse_labels",
+    "request_usage",
     "scrape_key",
-    "series_usage",
     "split_samples",
     "starts_with_metric",
     "support_from_metrics",

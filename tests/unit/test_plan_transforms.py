@@ -14,9 +14,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from featurectl.plan import decide
+from featurectl.plan import decide, tally
 from featurectl.plan import transforms as tx
 from featurectl.plan.job import SESSION_CONF
+from gateway.features.catalogue import load_catalogue
 
 T0 = datetime(2025, 1, 6, tzinfo=UTC)
 INTERVAL_S = 15
@@ -281,10 +282,11 @@ def test_first_and_last_seen_per_client_and_version(spark: SparkSession) -> None
         *((n, "gw-a", tx.REQUESTS, late, v) for n, v in [(0, 0), (1, 0), (2, 0), (3, 4)]),
     ]
     frame = keyed(spark, samples)
-    labels = tx.label_sets(frame)
+    labels = {r["label_id"]: r for r in rows(tx.label_sets(frame), "label_id")}
     increases = tx.counter_increases(frame, tx.gateway_spans(frame))
-    usage = tx.client_api_usage(tx.series_usage(increases), tx.counter_series(frame, labels))
-    got = {r["client_software_version"]: r for r in rows(usage, "client_software_version")}
+    series = rows(tx.request_usage(increases, 60, []), "series")
+    assert all(r["series"] is not None for r in series)  # no label set is gated here
+    got = {r["client_software_version"]: r for r in tally.api_usage(series, labels)}
     assert got["3.7.0"]["requests"] == 4.0  # 3 on gw-a, 1 on gw-b
     assert got["3.7.0"]["first_seen"] == local(0)
     assert got["3.7.0"]["last_seen"] == local(2)
@@ -292,6 +294,34 @@ def test_first_and_last_seen_per_client_and_version(spark: SparkSession) -> None
     # Counted before the window, never since: seen, but not in use.
     assert got["3.6.0"]["requests"] == 0.0 and got["3.6.0"]["last_seen"] is None
     assert got["2.6.1"]["first_seen"] == got["2.6.1"]["last_seen"] == local(3)
+
+
+def test_gated_requests_per_chart_bucket_add_up_over_gateways(spark: SparkSession) -> None:
+    gated, plain = request_labels(68, 0), request_labels(0, 9)
+    samples = [
+        *(
+            (n, gw, tx.REQUESTS, gated, v)
+            for gw in ("gw-a", "gw-b")
+            for n, v in enumerate([0, 10, 30, 60])
+        ),
+        *((n, "gw-a", tx.REQUESTS, plain, v) for n, v in enumerate([0, 5, 5, 5])),
+    ]
+    frame = keyed(spark, samples)
+    label_rows = rows(tx.label_sets(frame), "label_id")
+    levels = tally.gated_levels(load_catalogue(None), label_rows)
+    assert levels == {(68, 0): ("group.version", 1)}
+    increases = tx.counter_increases(frame, tx.gateway_spans(frame))
+    got = rows(tx.request_usage(increases, 30, tally.gated_label_ids(label_rows, levels)), "bucket")
+    # Three series, and two 30 s buckets of the gated label set (scrapes 0-1 and 2-3).
+    assert len([r for r in got if r["series"] is not None]) == 3
+    buckets = [r for r in got if r["series"] is None]
+    labels = {r["label_id"]: r for r in label_rows}
+    chart = tally.gated_series(buckets, labels, levels, 30)
+    start = int(T0.timestamp())
+    assert [(c["bucket"], c["feature"], c["level"], c["rate"]) for c in chart] == [
+        (start, "group.version", 1, 2 * 10 / 30),  # the first sample is a baseline
+        (start + 30, "group.version", 1, 2 * 50 / 30),
+    ]
 
 
 def test_connections_now_and_peak_per_client_software(spark: SparkSession) -> None:
@@ -307,26 +337,47 @@ def test_connections_now_and_peak_per_client_software(spark: SparkSession) -> No
     ]
     frame = keyed(spark, samples)
     small = tx.labelled(frame, tx.label_sets(frame), [tx.CONNECTIONS, tx.INFO])
-    got = rows(tx.connections_by_client(small, tx.gateway_spans(frame)), "client_software_name")
-    assert [(g["connections_now"], g["connections_peak"]) for g in got] == [(3.0, 7.0)]
+    # One-second buckets: a bucket per scrape, so peak and now come from different rows.
+    buckets = rows(tx.connections_by_bucket(small, tx.gateway_spans(frame), 1), "bucket")
+    assert [(g["connections"], g["peak"], g["now"]) for g in buckets] == [
+        (7.0, 7.0, None),
+        (3.0, 3.0, 3.0),
+    ]
+    # (peak, now) per client software: now is gw-a's 1 and gw-b's 2 at their last scrape.
+    assert tally.connections_per_client(buckets) == {("librdkafka", "2.6.1"): (7.0, 3.0)}
 
 
-def test_gated_usage_names_the_feature_level_each_api_version_needs(spark: SparkSession) -> None:
-    usage = spark.createDataFrame(
-        [
-            (68, "ConsumerGroupHeartbeat", 0, "librdkafka", "2.6.1", 10.0),
-            (0, "Produce", 11, "x", "1", 5.0),
-        ],
-        "api_key int, api string, api_version int, client_software_name string, "
-        "client_software_version string, requests double",
+def test_gated_usage_names_the_feature_level_each_api_version_needs() -> None:
+    usage = [
+        {
+            "api_key": key,
+            "api": api,
+            "api_version": version,
+            "client_software_name": name,
+            "client_software_version": "1",
+            "requests": 10.0,
+            "first_seen": None,
+            "last_seen": None,
+            "gateways": ["gw"],
+        }
+        for key, api, version, name in [
+            (68, "ConsumerGroupHeartbeat", 0, "librdkafka"),
+            (68, "ConsumerGroupHeartbeat", 0, None),
+            (0, "Produce", 11, "x"),
+        ]
+    ]
+    levels = tally.gated_levels(
+        load_catalogue(None),
+        [{"api_key": r["api_key"], "api_version": r["api_version"]} for r in usage],
     )
-    lookup = spark.createDataFrame(
-        [(68, 0, "group.version", 1)], "api_key int, api_version int, feature string, level int"
-    )
-    got = rows(tx.gated_usage(usage, lookup), "api_key")
+    assert levels == {(68, 0): ("group.version", 1)}
+    connections = {("librdkafka", "1"): (4.0, 2.0), (None, "1"): (9.0, 9.0)}
+    got = tally.gated_clients(usage, levels, connections)
     assert [(g["api"], g["feature"], g["level"]) for g in got] == [
         ("ConsumerGroupHeartbeat", "group.version", 1)
-    ]
+    ] * 2
+    # A client without a name matches no connections, as the SQL join on nulls did.
+    assert [(g["connections_peak"], g["connections_now"]) for g in got] == [(4.0, 2.0), (0.0, 0.0)]
 
 
 # -- features and verdicts (decided on the driver: featurectl.plan.decide) ----------------
