@@ -8,6 +8,7 @@ the shared pages.
 
 import gc
 
+from ..interceptors import dispatch
 from ..protocol import api_spec, known_api_keys
 from . import app, supervisor  # noqa: F401  (imported for their side effect: loaded)
 
@@ -16,5 +17,6 @@ from . import app, supervisor  # noqa: F401  (imported for their side effect: lo
 # shared by every worker.
 for key in known_api_keys():
     api_spec(key)
+dispatch.warm_up()  # and those of the APIs the interceptors decode, both ways
 gc.collect()
 gc.freeze()
