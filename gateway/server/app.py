@@ -327,14 +327,18 @@ class Gateway:
         """
         key = (address, tuple(upstream.items()))
         found = self._negotiated.get(key)
-        if found is None:
-            ranges = self.advertised_ranges(address, upstream)
-            passthrough = dict(ranges)
-            for api_key in dispatch.answered_here(self, upstream):
-                passthrough.pop(api_key, None)
-            if len(self._negotiated) >= NEGOTIATED_KEPT:
-                self._negotiated.clear()
-            found = self._negotiated[key] = Negotiated(upstream, ranges, passthrough)
+        if found is not None:
+            # The feature gate follows the latest answer of each upstream, as when every
+            # connection negotiated for itself (a broker rolled back answers as before).
+            self.features.set_available(str(address), negotiate(self._own_ranges, upstream))
+            return found
+        ranges = self.advertised_ranges(address, upstream)
+        passthrough = dict(ranges)
+        for api_key in dispatch.answered_here(self, upstream):
+            passthrough.pop(api_key, None)
+        if len(self._negotiated) >= NEGOTIATED_KEPT:
+            self._negotiated.clear()
+        found = self._negotiated[key] = Negotiated(upstream, ranges, passthrough)
         return found
 
     def advertised_ranges(
