@@ -6,7 +6,11 @@ permanent generation so that a worker's garbage collections never write to (and 
 the shared pages.
 """
 
+import concurrent.futures.thread  # noqa: F401  (asyncio's default executor)
+import encodings.idna  # noqa: F401  (host names in create_connection)
 import gc
+
+import uvloop  # noqa: F401  (each worker's event loop: a 10 MB extension module)
 
 from ..interceptors import dispatch
 from ..protocol import api_spec, known_api_keys
