@@ -403,7 +403,14 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
 
     clock = _Clock()
     root = readers.dataset_uri(inputs.metrics)
-    dataset_samples = readers.read_samples(spark, root, metrics=tx.PLAN_METRICS, parse_labels=False)
+    dataset_samples = readers.read_samples(
+        spark,
+        root,
+        metrics=tx.PLAN_METRICS,
+        parse_labels=False,
+        since=inputs.since,
+        until=inputs.until,
+    )
     keyed = tx.key_samples(dataset_samples.frame)
     if dataset_samples.text_count is not None:
         # Text lines are parsed per pass: parse them once. Parquet is read again
