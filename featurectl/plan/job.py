@@ -94,7 +94,7 @@ JVM_CONF = {"spark.driver.extraJavaOptions": JIT_OPTIONS}
 # buy nothing (the serial collector measured the same on 1-core executors; the
 # parallel one also uses the cores of larger executors). 10M samples, 2 workers x 1
 # core on the 2-core box (bench/README.md, "Cluster settings"): executors 33-38 -> 28-30
-# CPU s, the driver JVM 16-19 -> 11-12.5, the run 51-61 -> 43-46 CPU s; 100M 116 -> 97-104.
+# CPU s, the driver JVM 16-19 -> 11-13, the run 51-61 -> 43-49 CPU s; 100M 116 -> 97-104.
 CLUSTER_JVM_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     "spark.executor.extraJavaOptions": f"{JIT_OPTIONS} -XX:+UseParallelGC",
