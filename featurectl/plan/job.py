@@ -75,8 +75,8 @@ APP_CONF = {
     # The progress bar garbles the planner's own console output.
     "spark.ui.showConsoleProgress": "false",
 }
-# JVM options of the driver featurectl starts (and of the executors on a cluster), set
-# unless --conf or the cluster's spark-defaults.conf name the key. The JIT's optimizing
+# JVM options of the driver featurectl starts on a local master, set unless --conf or
+# spark-defaults.conf name the key (a cluster's: CLUSTER_JVM_CONF). The JIT's optimizing
 # tier (C2) only for code that is really hot: a run is a few dozen short queries, each
 # with freshly generated code, and C2 spent more CPU compiling lukewarm methods than it
 # saved (10M samples on local[2]: ~28 of ~72 CPU s in the compiler threads; on a
@@ -84,7 +84,21 @@ APP_CONF = {
 # C2 within the first 100k rows, so large runs keep it (bench/README.md; C1 alone had
 # halved 100M's speed).
 JVM_CONF = {"spark.driver.extraJavaOptions": JIT_OPTIONS}
-CLUSTER_JVM_CONF = {"spark.executor.extraJavaOptions": JIT_OPTIONS}
+# On a cluster (any master but local) the driver runs no tasks: it plans a handful of
+# queries, compiles their generated code once to check it, and joins a few thousand
+# collected rows, the same work at 100M samples as at 1M. C1 alone does that for less
+# CPU than C2 compiling it too, and the serial collector runs no GC threads beside it.
+# Executors do the per-row work, so they keep C2 for hot code (JIT_OPTIONS), with the
+# throughput collector instead of G1: a run is a batch of short tasks whose objects
+# die young, where G1's concurrent threads and barriers cost CPU and its short pauses
+# buy nothing (the serial collector measured the same on 1-core executors; the
+# parallel one also uses the cores of larger executors). 10M samples, 2 workers x 1
+# core on the 2-core box (bench/README.md, "Cluster settings"): executors 33-38 -> 28-30
+# CPU s, the driver JVM 16-19 -> 11-13, the run 51-61 -> 43-49 CPU s; 100M 116 -> 97-104.
+CLUSTER_JVM_CONF = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.executor.extraJavaOptions": f"{JIT_OPTIONS} -XX:+UseParallelGC",
+}
 SESSION_CONF = {
     # Timestamps in the report are UTC whatever the machine's zone.
     "spark.sql.session.timeZone": "UTC",
@@ -316,14 +330,14 @@ def spark_session(
     settings = dict(APP_CONF)
     if master is not None:
         builder = builder.master(master)
-        jvm = dict(JVM_CONF)
         if master.startswith("local"):
+            jvm = JVM_CONF
             settings.update(LOCAL_CONF)
             # PySpark's helper processes (small local frames) must run this Python, not
             # whatever "python3" the PATH finds: versions must match and it has PySpark.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         else:
-            jvm.update(CLUSTER_JVM_CONF)
+            jvm = CLUSTER_JVM_CONF
         defaults = spark_defaults_keys()
         settings.update({k: v for k, v in jvm.items() if k not in defaults})
     settings.update(given)
@@ -403,7 +417,14 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
 
     clock = _Clock()
     root = readers.dataset_uri(inputs.metrics)
-    dataset_samples = readers.read_samples(spark, root, metrics=tx.PLAN_METRICS, parse_labels=False)
+    dataset_samples = readers.read_samples(
+        spark,
+        root,
+        metrics=tx.PLAN_METRICS,
+        parse_labels=False,
+        since=inputs.since,
+        until=inputs.until,
+    )
     keyed = tx.key_samples(dataset_samples.frame)
     if dataset_samples.text_count is not None:
         # Text lines are parsed per pass: parse them once. Parquet is read again

@@ -20,7 +20,9 @@ from featurectl.plan import readers, synth
 from featurectl.plan import transforms as tx
 from featurectl.plan.columnar import SAMPLES, SORT_KEY, SampleSink
 from featurectl.plan.convert import convert
+from featurectl.plan.job import PlanInputs, compute_plan
 from featurectl.plan.layout import ScrapeMeta
+from gateway.features.catalogue import load_catalogue
 from tests.unit.test_plan_transforms import spark
 
 __all__ = ["spark"]  # the session fixture, shared with the transforms tests
@@ -95,3 +97,20 @@ def test_a_time_range_reads_only_its_days(spark, tmp_path) -> None:
     until = datetime(2025, 1, 7, tzinfo=UTC)
     found = readers.read_samples(spark, str(tmp_path), metrics=["m"], until=until)
     assert [r.ts.timestamp() < until.timestamp() for r in found.frame.collect()] == [True]
+
+
+def test_the_planner_reads_only_samples_from_since_until_until(spark, tmp_path) -> None:
+    # Six scrapes 15 s apart across midnight: 23:59:30 and :45, then 00:00:00 to :45.
+    spec = dataclasses.replace(SPEC, format="parquet", start="2025-01-06T23:59:30+00:00")
+    synth.generate(tmp_path, spec)
+    inputs = PlanInputs(metrics=str(tmp_path), catalogue=load_catalogue(None), targets={})
+    whole = compute_plan(spark, inputs).dataset
+    # A partial day: the day before is not read, and the scrapes of the day outside the
+    # range are cut too (at or after --since, before --until).
+    since = datetime(2025, 1, 7, 0, 0, 15, tzinfo=UTC)
+    until = datetime(2025, 1, 7, 0, 0, 45, tzinfo=UTC)
+    part = compute_plan(spark, dataclasses.replace(inputs, since=since, until=until)).dataset
+    assert whole["scrapes"] == spec.gateways * spec.scrapes
+    assert (part["start_ms"], part["end_ms"]) == (since.timestamp() * 1000, 1736208030000)
+    assert part["scrapes"] == 2 * spec.gateways
+    assert part["planner_samples"] < whole["planner_samples"] / 2
