@@ -2,9 +2,10 @@
 
 Every connection of a gateway process shares one event loop, so a callback that holds
 it (a large response copied or decoded in one piece) delays every other client. A
-small thread posts a probe to the loop every ``INTERVAL_S`` (``call_soon_threadsafe``,
-the way a socket's readiness reaches it too) and the probe measures, with
-``perf_counter``, how long it waited: what the next client's bytes would have waited.
+small thread posts a probe to the loop every ``INTERVAL_S`` (``call_soon_threadsafe``
+wakes the loop through the same poll that a socket's readiness does) and the probe
+measures, with ``perf_counter``, how long it waited: about what the next client's bytes
+would have waited.
 
 A timer scheduled on the loop itself measured this before; libuv's timers and clock
 count whole milliseconds, so it could not tell 0.1 ms from 1.9 ms against a 1 ms
