@@ -41,6 +41,8 @@ from pyspark.sql import functions as F
 
 from gateway.observability.metrics import TRAFFIC_LABELS
 
+from .decide import CLIENT
+
 REQUESTS = "kafka_gateway_requests_total"
 CONNECTIONS = "kafka_gateway_connections_active"
 FINALIZED_LEVEL = "kafka_gateway_feature_finalized_level"
@@ -75,7 +77,6 @@ LABEL_SETS_SCHEMA = ", ".join(
 )
 # A sample as both formats give it (text after ``attach_scrapes``, Parquet as stored).
 SAMPLE_COLUMNS = ("ts", "gateway_id", "metric", "label_text", "value")
-CLIENT = ("client_software_name", "client_software_version")
 
 # A label pair ``name="value"`` where the value may hold \\, \" and \n escapes.
 _LABEL_PAIR = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"'
