@@ -87,6 +87,28 @@ _SLICE = 16  # yielded the loop after READ_SLICE_BYTES, until its next turn
 _THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 
 
+class _Pauses:
+    """Why one side's reading is paused (the bits above): it reads again once no reason
+    is left, so lifting one pause never lifts another."""
+
+    __slots__ = ("reasons",)
+
+    def __init__(self) -> None:
+        self.reasons = 0
+
+    def pause(self, transport: asyncio.Transport | None, reason: int) -> None:
+        if transport is not None:
+            if not self.reasons:
+                transport.pause_reading()
+            self.reasons |= reason
+
+    def resume(self, transport: asyncio.Transport | None, reason: int, closed: bool) -> None:
+        if self.reasons & reason:
+            self.reasons &= ~reason
+            if not self.reasons and transport is not None and not closed:
+                transport.resume_reading()
+
+
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
 # memoryview``: the union would be built anew at every isinstance on the hot path.
 _BUFFERS = (bytes, memoryview)
@@ -135,8 +157,8 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         # Reasons (bits above) each side's reading is paused, and bytes read since
         # each side last yielded the loop.
-        self._client_pauses = 0
-        self._upstream_pauses = 0
+        self._client_pauses = _Pauses()
+        self._upstream_pauses = _Pauses()
         self._client_slice = 0
         self._upstream_slice = 0
         self.draining = False
@@ -554,28 +576,16 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def pause_client(self, reason: int) -> None:
-        if self.client is not None:
-            if not self._client_pauses:
-                self.client.pause_reading()
-            self._client_pauses |= reason
+        self._client_pauses.pause(self.client, reason)
 
     def resume_client(self, reason: int) -> None:
-        if self._client_pauses & reason:
-            self._client_pauses &= ~reason
-            if not self._client_pauses and self.client is not None and not self._closed:
-                self.client.resume_reading()
+        self._client_pauses.resume(self.client, reason, self._closed)
 
     def pause_upstream(self, reason: int) -> None:
-        if self.upstream is not None:
-            if not self._upstream_pauses:
-                self.upstream.pause_reading()
-            self._upstream_pauses |= reason
+        self._upstream_pauses.pause(self.upstream, reason)
 
     def resume_upstream(self, reason: int) -> None:
-        if self._upstream_pauses & reason:
-            self._upstream_pauses &= ~reason
-            if not self._upstream_pauses and self.upstream is not None and not self._closed:
-                self.upstream.resume_reading()
+        self._upstream_pauses.resume(self.upstream, reason, self._closed)
 
     def drain(self) -> None:
         """Stop taking requests; close once every in-flight request was answered."""
