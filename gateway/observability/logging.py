@@ -28,7 +28,13 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line: workers share the supervisor's stderr, and with
+        # PYTHONUNBUFFERED (set in the image) stderr writes straight through, so print()'s
+        # separate writes of the line and of its newline let another worker's line land
+        # between them (a CI run saw two JSON objects on one line). WriteLogger writes
+        # line + newline at once; a write to a file or a pipe of up to PIPE_BUF (4 kB)
+        # bytes is not split.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     # kazoo logs every failed reconnect attempt through stdlib logging, unformatted; the
