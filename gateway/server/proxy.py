@@ -70,13 +70,25 @@ WRITE_BUFFER_HIGH = 512 * 1024
 WRITE_BUFFER_LOW = 128 * 1024
 # Client bytes held while the upstream handshake runs; above this the client is paused.
 PENDING_HIGH = 1024 * 1024
+# The most one socket read takes. uvloop reads up to 256 kB at once into a buffer of its
+# own and copies it out; both sides are BufferedProtocols reading into _RECV instead,
+# so that the unit of work per turn of the loop is smaller. Four connections streaming
+# a 100k-partition Metadata (4.2 MB), the gateway on a CPU of its own (metadata_bench
+# --proxy-cpus 1): event-loop lag p99 1-5 ms with 256 kB reads, <= 0.5 ms with 128 kB,
+# at the same CPU per response (1.63-1.67 ms). 64 kB lowered the lag no further and
+# cost 30 % more CPU per response (twice the reads, sends and yields).
+READ_BYTES = 128 * 1024
+# One receive buffer for every connection of the process: a read is copied out of it
+# into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
+# connection keeps a buffer of its own.
+_RECV = memoryview(bytearray(READ_BYTES))
 # Bytes one side of a connection reads before it yields the event loop to the others.
-# libuv reads a readable socket up to 32 times in one turn of the loop (up to 256 kB a
-# read under uvloop), so four clients streaming a 4.2 MB Metadata response held the loop
-# for up to 10 ms at a time while every other connection waited (issue 19's event-loop
-# lag). Past this many bytes the side pauses reading and resumes on the loop's next
-# turn: two epoll_ctl calls per slice, well under 1 % of relaying it.
-READ_SLICE_BYTES = 256 * 1024
+# libuv reads a readable socket again and again in one turn of the loop (up to 32 times)
+# while reads fill the buffer, so four clients streaming a 4.2 MB Metadata response held
+# the loop for up to 10 ms at a time while every other connection waited (issue 19's
+# event-loop lag). Past this many bytes the side pauses reading and resumes on the
+# loop's next turn: one full read per busy side per turn, two epoll_ctl calls each.
+READ_SLICE_BYTES = READ_BYTES
 
 # Why a side's reading is paused, as bits: it reads again once no reason is left.
 _HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
@@ -117,7 +129,7 @@ _BUFFERS = (bytes, memoryview)
 _internal_ids = itertools.count(-(2**31))
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(asyncio.BufferedProtocol):
     """The client side. Owns the pair: it dials the upstream and tears both down."""
 
     def __init__(self, gateway: GatewayServices, listener: str, upstream: HostPort) -> None:
@@ -231,6 +243,12 @@ class ClientConnection(asyncio.Protocol):
             self._unknown_node = route.unknown_node
         self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _RECV
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_RECV[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         self._client_slice += len(data)
@@ -612,16 +630,19 @@ class ClientConnection(asyncio.Protocol):
                 transport.abort()
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection(asyncio.BufferedProtocol):
     """The broker side; hands everything to its ``ClientConnection``."""
 
     def __init__(self, pair: ClientConnection) -> None:
         self.pair = pair
-        # Bound straight to the pair: the transport calls it for every read.
-        self.data_received = pair.upstream_data  # type: ignore[method-assign]
+        # Bound once: the transport calls buffer_updated for every read.
+        self._data = pair.upstream_data
 
-    def data_received(self, data: bytes) -> None:
-        self.pair.upstream_data(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _RECV
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._data(_RECV[:nbytes].tobytes())
 
     def eof_received(self) -> bool:
         return False

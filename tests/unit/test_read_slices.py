@@ -1,16 +1,17 @@
 """A connection side that has read READ_SLICE_BYTES yields the event loop for a turn,
 and that yield never lifts a pause that has another reason (back-pressure, the memory
-budget, draining).
+budget, draining); a socket read is at most READ_BYTES.
 
-The transports are stand-ins that record pause_reading/resume_reading: whether a real
-socket is being read at a given moment cannot be observed from outside, and the order
-of these calls is what is under test. The connection, its readers and the event loop
-(uvloop, the gateway's) are the real ones.
+In the slice tests the transports are stand-ins that record pause_reading and
+resume_reading: whether a real socket is being read at a given moment cannot be
+observed from outside, and the order of these calls is what is under test. The
+connection, its readers and the event loop (uvloop, the gateway's) are the real ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -18,7 +19,12 @@ import uvloop
 
 from gateway.config import load_config
 from gateway.server.app import Gateway
-from gateway.server.proxy import READ_SLICE_BYTES, ClientConnection
+from gateway.server.proxy import (
+    READ_BYTES,
+    READ_SLICE_BYTES,
+    ClientConnection,
+    UpstreamConnection,
+)
 from gateway.versions import gateway_supported
 
 DESCRIBE_GROUPS = 15
@@ -134,5 +140,43 @@ def test_client_slices_keep_the_memory_pause_and_draining() -> None:
         conn.drain()
         await _next_turn()
         assert not client.reading, "a draining connection read again"
+
+    _run(main)
+
+
+class RecordingPair:
+    """What an UpstreamConnection hands its reads to (the ClientConnection's methods)."""
+
+    def __init__(self) -> None:
+        self.reads: list[bytes] = []
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def upstream_data(self, data: bytes) -> None:
+        self.reads.append(data)
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        self.lost.set_result(exc)
+
+
+def test_reads_come_in_units_of_read_bytes_and_outlive_the_shared_buffer() -> None:
+    """Over a real socket: every read is at most READ_BYTES, is ``bytes`` of its own (the
+    receive buffer is shared by every connection and reused by the next read), and the
+    reads put together are what was sent."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        pair = RecordingPair()
+        await loop.create_connection(
+            lambda: UpstreamConnection(pair),  # type: ignore[arg-type]
+            sock=ours,
+        )
+        sent = bytes(range(256)) * (6 * READ_BYTES // 256 + 7)
+        await loop.sock_sendall(theirs, sent)
+        theirs.close()
+        await asyncio.wait_for(pair.lost, 10)
+        assert all(isinstance(read, bytes) for read in pair.reads)
+        assert max(len(read) for read in pair.reads) <= READ_BYTES
+        assert b"".join(pair.reads) == sent
 
     _run(main)
