@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=10, help="in the Metadata response")
     parser.add_argument("--profile", action="store_true", help="cProfile each case")
     args = parser.parse_args(argv)
-    # Inside a running loop, as in the gateway: every READ_SLICE_BYTES a side yields the
-    # loop (call_soon); those calls only pile up here, one per 256 kB fed.
+    # Inside a running loop, as in the gateway (the connection schedules work on it).
     return asyncio.run(_main(args))
 
 

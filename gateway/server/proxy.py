@@ -70,32 +70,30 @@ WRITE_BUFFER_HIGH = 512 * 1024
 WRITE_BUFFER_LOW = 128 * 1024
 # Client bytes held while the upstream handshake runs; above this the client is paused.
 PENDING_HIGH = 1024 * 1024
-# The most one socket read takes. uvloop reads up to 256 kB at once into a buffer of its
-# own and copies it out; both sides are BufferedProtocols reading into _RECV instead,
-# so that the unit of work per turn of the loop is smaller. Four connections streaming
-# a 100k-partition Metadata (4.2 MB), the gateway on a CPU of its own (metadata_bench
-# --proxy-cpus 1): event-loop lag p99 1-5 ms with 256 kB reads, <= 0.5 ms with 128 kB,
-# at the same CPU per response (1.63-1.67 ms). 64 kB lowered the lag no further and
-# cost 30 % more CPU per response (twice the reads, sends and yields).
-READ_BYTES = 128 * 1024
+# The most one socket read takes, and the unit of work a busy connection side gets per
+# turn of the event loop. libuv reads a readable socket again and again in one turn (up
+# to 32 times) for as long as each read fills the buffer, so four clients streaming a
+# 4.2 MB Metadata response held the loop for up to 10 ms at a time while every other
+# connection waited (issue 19's event-loop lag). A side whose read filled the buffer
+# therefore pauses reading and resumes on the loop's next turn (a read that did not
+# fill it ends that socket's turn by itself). uvloop reads 256 kB at once into a buffer
+# of its own and copies it out; both sides are BufferedProtocols reading into _RECV
+# instead, for a smaller unit: four connections streaming 100k-partition Metadata, the
+# gateway on a CPU of its own (metadata_bench --proxy-cpus 1), had lag p99 1-5 ms with
+# 256 kB reads and <= 0.5 ms with 120 kB, at about the same CPU per response. 64 kB
+# cost 30 % more CPU per response (twice the reads, sends and yields) for no less lag.
+READ_BYTES = 120_000
 # One receive buffer for every connection of the process: a read is copied out of it
 # into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
 # connection keeps a buffer of its own.
 _RECV = memoryview(bytearray(READ_BYTES))
-# Bytes one side of a connection reads before it yields the event loop to the others.
-# libuv reads a readable socket again and again in one turn of the loop (up to 32 times)
-# while reads fill the buffer, so four clients streaming a 4.2 MB Metadata response held
-# the loop for up to 10 ms at a time while every other connection waited (issue 19's
-# event-loop lag). Past this many bytes the side pauses reading and resumes on the
-# loop's next turn: one full read per busy side per turn, two epoll_ctl calls each.
-READ_SLICE_BYTES = READ_BYTES
 
 # Why a side's reading is paused, as bits: it reads again once no reason is left.
 _HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
 _BACKPRESSURE = 2  # the other side's write buffer is above its high-water mark
 _MEMORY = 4  # queued_max_request_bytes is spent (gateway/server/limits.py)
 _DRAINING = 8  # SIGTERM: no new requests, never resumed
-_SLICE = 16  # yielded the loop after READ_SLICE_BYTES, until its next turn
+_SLICE = 16  # a read filled the buffer: the loop's other work goes first (READ_BYTES)
 _THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 
 
@@ -167,12 +165,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._held: list[bytes] = []
         self._held_size = 0
         self._closed = False
-        # Reasons (bits above) each side's reading is paused, and bytes read since
-        # each side last yielded the loop.
+        # Reasons (bits above) each side's reading is paused.
         self._client_pauses = _Pauses()
         self._upstream_pauses = _Pauses()
-        self._client_slice = 0
-        self._upstream_slice = 0
         self.draining = False
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
@@ -248,14 +243,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         return _RECV
 
     def buffer_updated(self, nbytes: int) -> None:
+        if nbytes == READ_BYTES:  # libuv would read this socket again in this turn
+            self.pause_client(_SLICE)
+            asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
         self.data_received(_RECV[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
-        self._client_slice += len(data)
-        if self._client_slice >= READ_SLICE_BYTES:
-            self._client_slice = 0
-            self.pause_client(_SLICE)
-            asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
         if self.ranges is None:
             self._held.append(data)
             self._held_size += len(data)
@@ -473,11 +466,6 @@ class ClientConnection(asyncio.BufferedProtocol):
         info = self.info
         if info is not None:
             info.bytes_out += len(data)
-        self._upstream_slice += len(data)
-        if self._upstream_slice >= READ_SLICE_BYTES:
-            self._upstream_slice = 0
-            self.pause_upstream(_SLICE)
-            asyncio.get_running_loop().call_soon(self.resume_upstream, _SLICE)
         for item in self.responses.feed(data):
             if isinstance(item, _BUFFERS):
                 client.write(item)
@@ -642,6 +630,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         return _RECV
 
     def buffer_updated(self, nbytes: int) -> None:
+        if nbytes == READ_BYTES:  # libuv would read this socket again in this turn
+            pair = self.pair
+            pair.pause_upstream(_SLICE)
+            asyncio.get_running_loop().call_soon(pair.resume_upstream, _SLICE)
         self._data(_RECV[:nbytes].tobytes())
 
     def eof_received(self) -> bool:

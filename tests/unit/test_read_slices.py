@@ -1,6 +1,7 @@
-"""A connection side that has read READ_SLICE_BYTES yields the event loop for a turn,
-and that yield never lifts a pause that has another reason (back-pressure, the memory
-budget, draining); a socket read is at most READ_BYTES.
+"""A connection side whose read filled the receive buffer (READ_BYTES, when libuv would
+read the same socket again at once) yields the event loop for a turn, and that yield
+never lifts a pause that has another reason (back-pressure, the memory budget,
+draining); a socket read is at most READ_BYTES.
 
 In the slice tests the transports are stand-ins that record pause_reading and
 resume_reading: whether a real socket is being read at a given moment cannot be
@@ -18,13 +19,9 @@ from collections.abc import Awaitable, Callable
 import uvloop
 
 from gateway.config import load_config
+from gateway.server import proxy
 from gateway.server.app import Gateway
-from gateway.server.proxy import (
-    READ_BYTES,
-    READ_SLICE_BYTES,
-    ClientConnection,
-    UpstreamConnection,
-)
+from gateway.server.proxy import READ_BYTES, ClientConnection, UpstreamConnection
 from gateway.versions import gateway_supported
 
 DESCRIBE_GROUPS = 15
@@ -92,16 +89,25 @@ async def _next_turn() -> None:
     await asyncio.sleep(0)
 
 
-def test_a_large_response_yields_the_loop_every_slice_and_arrives_whole() -> None:
+def _read(side: ClientConnection | UpstreamConnection, data: bytes) -> None:
+    """What the transport does for one socket read of ``data``."""
+    proxy._RECV[: len(data)] = data
+    side.buffer_updated(len(data))
+
+
+def test_a_large_response_yields_the_loop_after_each_full_read_and_arrives_whole() -> None:
     async def main() -> None:
         conn, client, upstream = _connection()
-        conn.data_received(_request(1))
-        response = _large_response(1, 4 * READ_SLICE_BYTES)
-        for start in range(0, len(response), READ_SLICE_BYTES):
-            conn.upstream_data(response[start : start + READ_SLICE_BYTES])
+        side = UpstreamConnection(conn)
+        _read(conn, _request(1))
+        response = _large_response(1, 4 * READ_BYTES + 100)
+        for start in range(0, 4 * READ_BYTES, READ_BYTES):
+            _read(side, response[start : start + READ_BYTES])
             assert not upstream.reading  # yielded: the next read waits for the next turn
             await _next_turn()
             assert upstream.reading
+        _read(side, response[4 * READ_BYTES :])
+        assert upstream.reading  # a short read ends the socket's turn by itself
         assert client.written == len(response)
         assert len(conn.inflight) == 0
 
@@ -111,31 +117,31 @@ def test_a_large_response_yields_the_loop_every_slice_and_arrives_whole() -> Non
 def test_a_yield_does_not_lift_back_pressure() -> None:
     async def main() -> None:
         conn, _client, upstream = _connection()
-        conn.data_received(_request(1))
+        _read(conn, _request(1))
         conn.pause_writing()  # the client's write buffer is full
         assert not upstream.reading
-        conn.upstream_data(_large_response(1, 2 * READ_SLICE_BYTES)[:READ_SLICE_BYTES])
+        _read(UpstreamConnection(conn), _large_response(1, 2 * READ_BYTES)[:READ_BYTES])
         await _next_turn()
-        assert not upstream.reading, "the slice's end resumed a back-pressured upstream"
+        assert not upstream.reading, "the yield's end resumed a back-pressured upstream"
         conn.resume_writing()
         assert upstream.reading
 
     _run(main)
 
 
-def test_client_slices_keep_the_memory_pause_and_draining() -> None:
+def test_client_yields_keep_the_memory_pause_and_draining() -> None:
     async def main() -> None:
         conn, client, _upstream = _connection()
-        requests = b"".join(_request(i) for i in range(READ_SLICE_BYTES // 20))
+        requests = b"".join(_request(i) for i in range(2 * READ_BYTES // 20))
         conn.memory_pause(True)
         assert not client.reading
-        conn.data_received(requests)
+        _read(conn, requests[:READ_BYTES])
         await _next_turn()
-        assert not client.reading, "the slice's end resumed a client over the memory budget"
+        assert not client.reading, "the yield's end resumed a client over the memory budget"
         conn.memory_pause(False)
         assert client.reading
 
-        conn.data_received(requests)
+        _read(conn, requests[READ_BYTES : 2 * READ_BYTES])
         assert not client.reading  # its own yield
         conn.drain()
         await _next_turn()
@@ -156,6 +162,12 @@ class RecordingPair:
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self.lost.set_result(exc)
+
+    def pause_upstream(self, reason: int) -> None:
+        pass  # the yield itself is tested above
+
+    def resume_upstream(self, reason: int) -> None:
+        pass
 
 
 def test_reads_come_in_units_of_read_bytes_and_outlive_the_shared_buffer() -> None:
