@@ -256,6 +256,18 @@ def test_memory_budget_pauses_reading_and_serves_others(gateway_factory) -> None
 WORKERS = 3
 
 
+def open_connections(gw: GatewayProcess) -> float:
+    """kafka_gateway_connections_active summed over its labels (and workers)."""
+    with urllib.request.urlopen(gw.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "kafka_gateway_connections_active"
+    )
+
+
 def workers_gateway(gateway_factory, *args: str) -> GatewayProcess:
     gw = gateway_factory("--workers", str(WORKERS), *args, metrics=True)
     ready = f"ready ({WORKERS}/{WORKERS} workers)\n".encode()
@@ -265,11 +277,18 @@ def workers_gateway(gateway_factory, *args: str) -> GatewayProcess:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 if response.read() == ready:
-                    return gw
+                    break
         except OSError:
             pass
         assert time.monotonic() < deadline, "the workers never all served"
         time.sleep(0.1)
+    # The harness's readiness probe (a TCP connect to the listen port) counts against
+    # the caps until the worker that took it has seen it close; a worker still starting
+    # up can take a while (a CI run saw a 3-connection cap refuse the third).
+    while open_connections(gw):
+        assert time.monotonic() < deadline, "the readiness probe's connection never closed"
+        time.sleep(0.05)
+    return gw
 
 
 def connection_rows(gw: GatewayProcess, count: int) -> list[dict[str, object]]:
