@@ -85,7 +85,8 @@ PENDING_HIGH = 1024 * 1024
 READ_BYTES = 120_000
 # One receive buffer for every connection of the process: a read is copied out of it
 # into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
-# connection keeps a buffer of its own.
+# connection keeps a buffer of its own. The gateway runs one event loop per process
+# (workers are processes), so this is also one buffer per loop, as uvloop's is.
 _RECV = memoryview(bytearray(READ_BYTES))
 
 # Why a side's reading is paused, as bits: it reads again once no reason is left.
