@@ -78,6 +78,33 @@ def counter(
     raise AssertionError(f"{name} {reason} not in /metrics")
 
 
+def metric_sum(gw: GatewayProcess, name: str) -> float:
+    """A sample summed over its labels (and workers)."""
+    with urllib.request.urlopen(gw.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    )
+
+
+def probe_released(gw: GatewayProcess) -> GatewayProcess:
+    """``gw`` once the harness's readiness probe (a TCP connect to the listen port) was
+    accepted and no longer counts against the caps: it does until the gateway has seen
+    it close, and a worker still starting up can take a while (a CI run saw a per-IP
+    cap of 3 refuse the third connection)."""
+    deadline = time.monotonic() + PATIENCE_S
+    while not (
+        metric_sum(gw, "kafka_gateway_connections_total") >= 1
+        and metric_sum(gw, "kafka_gateway_connections_active") == 0
+    ):
+        assert time.monotonic() < deadline, "the readiness probe's connection never closed"
+        time.sleep(0.05)
+    return gw
+
+
 def test_idle_connection_is_closed(gateway_factory) -> None:
     gw = gateway_factory("--connections-max-idle-ms", "300", metrics=True)
     with connect(gw) as sock:
@@ -99,7 +126,7 @@ def test_first_request_deadline_closes_silent_and_half_sent(gateway_factory) -> 
 
 
 def test_total_cap_closes_at_accept(gateway_factory) -> None:
-    gw = gateway_factory("--max-connections", "3", metrics=True)
+    gw = probe_released(gateway_factory("--max-connections", "3", metrics=True))
     socks = [connect(gw) for _ in range(3)]
     try:
         assert all(served(s) for s in socks)
@@ -121,12 +148,14 @@ def test_total_cap_closes_at_accept(gateway_factory) -> None:
 
 
 def test_per_ip_cap_and_override(gateway_factory) -> None:
-    gw = gateway_factory(
-        "--max-connections-per-ip",
-        "2",
-        "--max-connections-per-ip-overrides",
-        "127.0.0.2:1",
-        metrics=True,
+    gw = probe_released(
+        gateway_factory(
+            "--max-connections-per-ip",
+            "2",
+            "--max-connections-per-ip-overrides",
+            "127.0.0.2:1",
+            metrics=True,
+        )
     )
     first = [connect(gw) for _ in range(2)]
     other = connect(gw, "127.0.0.2")
@@ -256,18 +285,6 @@ def test_memory_budget_pauses_reading_and_serves_others(gateway_factory) -> None
 WORKERS = 3
 
 
-def open_connections(gw: GatewayProcess) -> float:
-    """kafka_gateway_connections_active summed over its labels (and workers)."""
-    with urllib.request.urlopen(gw.metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "kafka_gateway_connections_active"
-    )
-
-
 def workers_gateway(gateway_factory, *args: str) -> GatewayProcess:
     gw = gateway_factory("--workers", str(WORKERS), *args, metrics=True)
     ready = f"ready ({WORKERS}/{WORKERS} workers)\n".encode()
@@ -282,13 +299,7 @@ def workers_gateway(gateway_factory, *args: str) -> GatewayProcess:
             pass
         assert time.monotonic() < deadline, "the workers never all served"
         time.sleep(0.1)
-    # The harness's readiness probe (a TCP connect to the listen port) counts against
-    # the caps until the worker that took it has seen it close; a worker still starting
-    # up can take a while (a CI run saw a 3-connection cap refuse the third).
-    while open_connections(gw):
-        assert time.monotonic() < deadline, "the readiness probe's connection never closed"
-        time.sleep(0.05)
-    return gw
+    return probe_released(gw)
 
 
 def connection_rows(gw: GatewayProcess, count: int) -> list[dict[str, object]]:
