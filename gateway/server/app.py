@@ -330,21 +330,28 @@ class Gateway:
         if found is not None:
             # The feature gate follows the latest answer of each upstream, as when every
             # connection negotiated for itself (a broker rolled back answers as before).
-            self.features.set_available(str(address), negotiate(self._own_ranges, upstream))
+            self.features.set_available(str(address), found.available)
             return found
-        ranges = self.advertised_ranges(address, upstream)
+        available = negotiate(self._own_ranges, upstream)
+        ranges = self.advertised_ranges(address, upstream, available)
         passthrough = dict(ranges)
         for api_key in dispatch.answered_here(self, upstream):
             passthrough.pop(api_key, None)
         if len(self._negotiated) >= NEGOTIATED_KEPT:
             self._negotiated.clear()
-        found = self._negotiated[key] = Negotiated(upstream, ranges, passthrough)
+        found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough)
         return found
 
     def advertised_ranges(
-        self, address: HostPort, upstream: dict[int, VersionRange]
+        self,
+        address: HostPort,
+        upstream: dict[int, VersionRange],
+        available: dict[int, VersionRange] | None = None,
     ) -> dict[int, VersionRange]:
-        """What clients of this upstream may use: own ∩ upstream (+ DescribeCluster)."""
+        """What clients of this upstream may use: own ∩ upstream (+ DescribeCluster).
+
+        ``available``: own ∩ upstream, when the caller has it already.
+        """
         if address not in self._software:
             software = fingerprint(upstream)
             self._software[address] = software
@@ -356,7 +363,8 @@ class Gateway:
                 api_keys=len(upstream),
             )
             self._set_info(address)
-        available = negotiate(self._own_ranges, upstream)
+        if available is None:
+            available = negotiate(self._own_ranges, upstream)
         self.features.set_available(str(address), available)
         caps = self.features.caps
         ranges = negotiate(self._own_ranges, upstream, caps)

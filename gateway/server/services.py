@@ -49,5 +49,6 @@ class Negotiated(NamedTuple):
     """What connections to one upstream may use, shared by all of them (read-only)."""
 
     upstream: dict[int, VersionRange]  # what the upstream advertised
+    available: dict[int, VersionRange]  # own ∩ upstream: what the feature gate is told
     ranges: dict[int, VersionRange]  # what clients are told: own ∩ upstream ∩ caps
     passthrough: dict[int, VersionRange]  # ranges minus the keys answered here
