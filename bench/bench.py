@@ -590,6 +590,18 @@ def _exited(service: Service | None) -> bool:
     return service is not None and service.proc.poll() is not None
 
 
+def cpu_list(text: str) -> list[int]:
+    """``1`` / ``0-3,8`` (taskset's notation) as a list of CPUs; an argparse type."""
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
 def pin(pids: list[int], cpus: set[int]) -> None:
     """Restrict every thread of these processes to ``cpus`` (threads started later inherit it)."""
     for pid in pids:

@@ -56,6 +56,7 @@ from bench import (
     Service,
     Stack,
     _start_paths,
+    cpu_list,
     free_port,
     pin,
 )
@@ -262,17 +263,6 @@ def lag_p99_ms(
     return p99
 
 
-def pin_cpus(text: str | None) -> set[int] | None:
-    """``--proxy-cpus 1`` / ``0-3,8`` as a set of CPUs."""
-    if not text:
-        return None
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
-
-
 def run(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, Any]] = {}
     lag: dict[str, float | None] | None = None
@@ -299,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
                     str(args.workers),
                 ],
             )
-            proxy_cpus, client_cpus = pin_cpus(args.proxy_cpus), pin_cpus(args.client_cpus)
+            proxy_cpus, client_cpus = set(args.proxy_cpus), set(args.client_cpus)
             if proxy_cpus:
                 # The proxies start on their CPUs, so haproxy counts only those for its
                 # default thread count (one per CPU), as the gateway's --workers does.
@@ -407,10 +397,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--proxy-cpus",
+        type=cpu_list,
+        default=[],
         help="pin the gateway's and haproxy's processes to these CPUs (e.g. 1 or 8-15)",
     )
     p.add_argument(
         "--client-cpus",
+        type=cpu_list,
+        default=[],
         help="pin this bench's client threads and the responder to these CPUs (e.g. 0)",
     )
     return p.parse_args(argv)

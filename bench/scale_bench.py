@@ -67,6 +67,7 @@ from bench import (
     CpuProbe,
     Service,
     Stack,
+    cpu_list,
     free_port,
     gateway_argv,
     haproxy_config,
@@ -742,17 +743,6 @@ def print_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[d
 # --------------------------------------------------------------------------- main
 
 
-def _cpus(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
-    return out
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cpus = len(os.sched_getaffinity(0))
     p = argparse.ArgumentParser(prog="bench/scale_bench.py", description=__doc__.split("\n\n")[0])
@@ -773,9 +763,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--paths", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
     p.add_argument("--client-procs", type=int, default=max(1, min(4, cpus // 2)))
     p.add_argument("--responder-procs", type=int, default=cpus)
-    p.add_argument("--proxy-cpus", type=_cpus, help="e.g. 1 or 0-1: gateway workers one per CPU")
-    p.add_argument("--client-cpus", type=_cpus)
-    p.add_argument("--upstream-cpus", type=_cpus)
+    p.add_argument("--proxy-cpus", type=cpu_list, help="e.g. 1 or 0-1: gateway workers one per CPU")
+    p.add_argument("--client-cpus", type=cpu_list)
+    p.add_argument("--upstream-cpus", type=cpu_list)
     p.add_argument(
         "--memory", type=int, default=10_000, help="idle connections for the memory test; 0: skip"
     )
