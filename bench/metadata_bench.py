@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import responder
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import (
     LOOPBACK,
@@ -238,11 +239,11 @@ def lag_buckets(metrics_port: int) -> dict[str, list[tuple[float, float]]]:
     """The gateway's event-loop lag histograms: (le, cumulative count) per metric."""
     text = urllib.request.urlopen(f"http://{LOOPBACK}:{metrics_port}/metrics").read().decode()
     found: dict[str, list[tuple[float, float]]] = {key: [] for key in LAG_METRICS}
-    for line in text.splitlines():
-        for key, name in LAG_METRICS.items():
-            if line.startswith(f"{name}_bucket"):
-                le = line.split('le="')[1].split('"')[0]
-                found[key].append((float(le), float(line.rsplit(" ", 1)[1])))
+    keys = {f"{name}_bucket": key for key, name in LAG_METRICS.items()}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in keys:
+                found[keys[sample.name]].append((float(sample.labels["le"]), sample.value))
     return found
 
 
