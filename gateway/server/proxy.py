@@ -131,6 +131,42 @@ _internal_ids = itertools.count(-(2**31))
 class ClientConnection(asyncio.BufferedProtocol):
     """The client side. Owns the pair: it dials the upstream and tears both down."""
 
+    # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
+    # many attributes is ~1.2 kB a connection; see bench/README.md, "Memory").
+    __slots__ = (
+        "_client_pauses",
+        "_closed",
+        "_fallbacks",
+        "_first_done",
+        "_folded_in",
+        "_folded_out",
+        "_held",
+        "_held_size",
+        "_passthrough",
+        "_throttle",
+        "_unknown_node",
+        "_upstream_pauses",
+        "charged",
+        "client",
+        "counted",
+        "draining",
+        "gateway",
+        "inflight",
+        "info",
+        "listener",
+        "opened_at",
+        "peer",
+        "peer_ip",
+        "principal",
+        "ranges",
+        "requests",
+        "responses",
+        "tls_subject",
+        "upstream",
+        "upstream_address",
+        "upstream_ranges",
+    )
+
     def __init__(self, gateway: GatewayServices, listener: str, upstream: HostPort) -> None:
         self.gateway = gateway
         self.listener = listener
@@ -621,6 +657,8 @@ class ClientConnection(asyncio.BufferedProtocol):
 
 class UpstreamConnection(asyncio.BufferedProtocol):
     """The broker side; hands everything to its ``ClientConnection``."""
+
+    __slots__ = ("_data", "pair")
 
     def __init__(self, pair: ClientConnection) -> None:
         self.pair = pair
