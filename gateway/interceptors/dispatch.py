@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
 
@@ -99,12 +100,15 @@ REQUESTS: dict[int, RequestInterceptor] = {
 }
 
 
+@cache  # once per process (see below)
 def warm_up() -> None:
     """Import now the schemas of every API an interceptor decodes, all versions both ways.
 
     Imported at a connection's first such frame instead, they held the event loop while
     every other connection waited: ~35 ms for the first Metadata response (against
     0.7 ms warm). The fork server calls this once for all workers (``_preload``).
+    Once is enough: a worker forked after it must not walk the schemas again, which
+    would write to (and so copy) ~1 MB of pages it shares with the other workers.
     """
     first_versions = dict(addresses.REWRITTEN_RESPONSES)
     for api_key in REQUESTS:

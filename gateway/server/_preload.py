@@ -14,6 +14,7 @@ import uvloop  # noqa: F401  (each worker's event loop: a 10 MB extension module
 
 from ..interceptors import dispatch
 from ..protocol import api_spec, known_api_keys
+from ..versions import release_tracks
 from . import app, supervisor  # noqa: F401  (imported for their side effect: loaded)
 
 # A worker looks up each API's spec on its first request of that API, which imports
@@ -22,5 +23,6 @@ from . import app, supervisor  # noqa: F401  (imported for their side effect: lo
 for key in known_api_keys():
     api_spec(key)
 dispatch.warm_up()  # and those of the APIs the interceptors decode, both ways
+release_tracks()  # Kafka's releases, to fingerprint the upstream (read once, cached)
 gc.collect()
 gc.freeze()
