@@ -574,8 +574,8 @@ def run_scale(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
 
 # Packages that only the test extras install and that a runtime dependency imports when
 # it finds them: kio's phantom types import hypothesis (with its own dependencies),
-# ~15 MB in every process that does not share it by fork (the supervisor, the fork
-# server). The image (Dockerfile) installs none of them.
+# 8 MB of the supervisor's PSS and more of the fork server's, which every worker shares.
+# The image (Dockerfile) installs none of them.
 TEST_ONLY_IMPORTS = ("hypothesis",)
 
 

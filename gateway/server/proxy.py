@@ -132,7 +132,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     """The client side. Owns the pair: it dials the upstream and tears both down."""
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
-    # many attributes is ~1.2 kB a connection; see bench/README.md, "Memory").
+    # many attributes is ~1.3 kB a connection; bench/README.md, "Slots, a worker ...").
     __slots__ = (
         "_client_pauses",
         "_closed",
