@@ -594,6 +594,16 @@ def shipped_env(workdir: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
+def shipped_entrypoint() -> str:
+    """The console script the image starts (the Dockerfile's ENTRYPOINT), beside this
+    Python. Not ``python -m gateway``: with workers the two differ, as multiprocessing runs
+    the main script again in every worker (a module run with -m it skips)."""
+    script = Path(sys.executable).parent / "kafka-gateway"
+    if not script.exists():
+        raise BenchError(f"{script} is missing: install the project (pip install -e .)")
+    return str(script)
+
+
 def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """PSS/RSS of the whole gateway (supervisor + workers) holding idle connections."""
     total = args.memory
@@ -610,10 +620,12 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "warning",
             *args.gateway_arg,
         ]
-        env = None if args.as_installed_in_tests else shipped_env(workdir)
-        service = stack.start(
-            "gateway", gateway_argv(port, upstream.port, extra), port, cwd=REPO_ROOT, env=env
-        )
+        argv = gateway_argv(port, upstream.port, extra)
+        env = None
+        if not args.as_installed_in_tests:
+            env = shipped_env(workdir)
+            argv = [shipped_entrypoint(), *argv[3:]]  # in place of python -m gateway
+        service = stack.start("gateway", argv, port, cwd=REPO_ROOT, env=env)
         time.sleep(1.0)
         hard = raise_nofile()
         # Each generator process holds its share; keep each under its fd limit.

@@ -76,7 +76,20 @@ def default_catalogue_path() -> Path:
 
 def load_catalogue(path: str | Path | None = None) -> dict[str, FeatureSpec]:
     """Read and validate a catalogue file (the built-in one when ``path`` is None)."""
-    path = Path(path) if path is not None else default_catalogue_path()
+    if path is None:
+        return dict(_builtin_catalogue())
+    return _read_catalogue(Path(path))
+
+
+@cache
+def _builtin_catalogue() -> dict[str, FeatureSpec]:
+    # The package's own file, read once per process: it changes only with the package,
+    # which a restart picks up anyway. The workers' fork server reads it before it forks
+    # (server/_preload.py): parsing the TOML in each worker copied ~1 MB of shared pages.
+    return _read_catalogue(default_catalogue_path())
+
+
+def _read_catalogue(path: Path) -> dict[str, FeatureSpec]:
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
