@@ -7,11 +7,16 @@ fail as it does when no candidate directory is writable.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import structlog
 
+from gateway.features.catalogue import default_catalogue_path, load_catalogue
 from gateway.server.supervisor import worker_context
 
 
@@ -32,3 +37,43 @@ def test_without_a_writable_temp_directory_workers_are_spawned(
     assert context.get_start_method() == "spawn"
     assert [line["event"] for line in logs] == ["workers.start_method"]
     assert "writable /tmp" in logs[0]["fix"]
+
+
+# What a worker runs at its start that loads code: multiprocessing runs the main script
+# again (the console script, as "__mp_main__"), then the worker configures logging and
+# builds its Gateway. In a fresh interpreter that first loads what the fork server loads.
+WORKER_START = r"""
+import json, runpy, sys
+import gateway.server._preload
+before = set(sys.modules)
+runpy.run_path(sys.argv[1], run_name="__mp_main__")
+from gateway.config import load_config
+from gateway.observability.logging import configure_logging
+from gateway.server.app import Gateway
+configure_logging("json", "info")
+Gateway(load_config(None, {"upstream": "127.0.0.1:9092"}))
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_a_worker_starts_without_importing_what_the_fork_server_did_not() -> None:
+    """A module a worker imports itself is one copy per worker, not one shared copy;
+    gateway.cli (the console script's import) was one, ~1 MB more in each worker."""
+    script = Path(sys.executable).parent / "kafka-gateway"
+    assert script.exists(), "the project is installed with its console scripts"
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER_START, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+def test_the_built_in_catalogue_is_read_once_and_each_caller_gets_its_own_dict() -> None:
+    first = load_catalogue()
+    first.pop(next(iter(first)))  # a caller's change stays its own
+    again = load_catalogue()
+    assert again == load_catalogue(default_catalogue_path())  # the file as read now
+    assert len(again) == len(first) + 1
