@@ -594,14 +594,20 @@ def shipped_env(workdir: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def shipped_entrypoint() -> str:
-    """The console script the image starts (the Dockerfile's ENTRYPOINT), beside this
-    Python. Not ``python -m gateway``: with workers the two differ, as multiprocessing runs
-    the main script again in every worker (a module run with -m it skips)."""
-    script = Path(sys.executable).parent / "kafka-gateway"
-    if not script.exists():
-        raise BenchError(f"{script} is missing: install the project (pip install -e .)")
-    return str(script)
+def console_script(workdir: Path) -> list[str]:
+    """How the image starts the gateway (the Dockerfile's ENTRYPOINT is the console
+    script `kafka-gateway`), not ``python -m gateway``: with workers the two differ, as
+    multiprocessing runs the main script again in every worker (a module run with -m it
+    skips). Written here as pip writes it, so a checkout that is not installed (the
+    16-core machine's) runs it too."""
+    script = workdir / "kafka-gateway"
+    script.write_text(
+        "import sys\n"
+        "from gateway.cli import main\n"
+        "if __name__ == '__main__':\n"
+        "    sys.exit(main())\n"
+    )
+    return [sys.executable, str(script)]
 
 
 def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -624,7 +630,7 @@ def run_memory(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         env = None
         if not args.as_installed_in_tests:
             env = shipped_env(workdir)
-            argv = [shipped_entrypoint(), *argv[3:]]  # in place of python -m gateway
+            argv = [*console_script(workdir), *argv[3:]]  # in place of python -m gateway
         service = stack.start("gateway", argv, port, cwd=REPO_ROOT, env=env)
         time.sleep(1.0)
         hard = raise_nofile()
