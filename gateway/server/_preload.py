@@ -21,7 +21,7 @@ from ..features.catalogue import load_catalogue
 from ..interceptors import dispatch
 from ..protocol import api_spec, known_api_keys
 from ..versions import release_tracks
-from . import app, supervisor  # noqa: F401  (imported for their side effect: loaded)
+from . import app, supervisor  # noqa: F401  (app: imported for its side effect, loaded)
 
 # A worker looks up each API's spec on its first request of that API, which imports
 # that API's schemas (~1,000 modules, ~17 MB for all of them): all of them here, once,
@@ -31,5 +31,6 @@ for key in known_api_keys():
 dispatch.warm_up()  # and those of the APIs the interceptors decode, both ways
 release_tracks()  # Kafka's releases, to fingerprint the upstream (read once, cached)
 load_catalogue()  # the built-in feature catalogue (read once, cached)
+supervisor.prebuild_worker_metrics()  # each forked worker starts with its own copy
 gc.collect()
 gc.freeze()

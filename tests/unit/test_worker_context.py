@@ -77,3 +77,28 @@ def test_the_built_in_catalogue_is_read_once_and_each_caller_gets_its_own_dict()
     again = load_catalogue()
     assert again == load_catalogue(default_catalogue_path())  # the file as read now
     assert len(again) == len(first) + 1
+
+
+PREBUILT = r"""
+import json
+from prometheus_client import generate_latest
+import gateway.server._preload
+from gateway.server import supervisor
+metrics = supervisor._prebuilt_metrics
+print(json.dumps(None if metrics is None else generate_latest(metrics.registry).decode()))
+"""
+
+
+def test_the_fork_server_builds_the_workers_metrics_with_nothing_counted() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PREBUILT], capture_output=True, text=True, timeout=120, check=True
+    )
+    exposition = json.loads(out.stdout.splitlines()[-1])
+    assert exposition is not None
+    counters = [
+        line
+        for line in exposition.splitlines()
+        if line.startswith("kafka_gateway_") and "_total" in line.split(" ")[0]
+    ]
+    assert counters, "the workers' metrics are the gateway's"
+    assert all(float(line.rsplit(" ", 1)[1]) == 0 for line in counters)
