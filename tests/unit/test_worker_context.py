@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.features.catalogue import default_catalogue_path, load_catalogue
 from gateway.server.supervisor import worker_context
@@ -96,9 +97,10 @@ def test_the_fork_server_builds_the_workers_metrics_with_nothing_counted() -> No
     exposition = json.loads(out.stdout.splitlines()[-1])
     assert exposition is not None
     counters = [
-        line
-        for line in exposition.splitlines()
-        if line.startswith("kafka_gateway_") and "_total" in line.split(" ")[0]
+        sample
+        for family in text_string_to_metric_families(exposition)
+        if family.type == "counter" and family.name.startswith("kafka_gateway_")
+        for sample in family.samples
     ]
     assert counters, "the workers' metrics are the gateway's"
-    assert all(float(line.rsplit(" ", 1)[1]) == 0 for line in counters)
+    assert all(sample.value == 0 for sample in counters)
