@@ -109,6 +109,10 @@ def rewrite_response(
         # are skipped, not copied) is much cheaper than decoding every batch.
         # rewrite_tail checks that what follows is exactly one tagged section.
         offset = tags_offset(api_key, api_version, body)
+        if offset == len(body) - 1 and body[offset] == 0:
+            # An empty tagged section, the common case: brokers send NodeEndpoints only
+            # when a partition's leader moved.
+            return body
         tail = bytes(body[offset:])
         new_tail = rewrite_tail(api_key, api_version, tail, book).tail
         return body if new_tail is tail else bytes(body[:offset]) + new_tail

@@ -61,15 +61,16 @@ def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHead
     return RequestHeader(key, version, correlation_id, client_id, pos)
 
 
-def produce_acks(payload: bytes | bytearray | memoryview, version: int) -> int:
-    """The ``acks`` of a Produce request payload, reading only as far as that field.
+def produce_acks(payload: bytes | bytearray | memoryview, version: int, start: int = 0) -> int:
+    """The ``acks`` of a Produce request payload (from ``start`` to the end of
+    ``payload``), reading only as far as that field.
 
     Raises Incomplete when ``payload`` is a prefix that ends before acks.
     A Produce request with acks=0 gets no response from Kafka, so the in-flight
     table must not wait for one.
     """
     # Produce v0-v8 use header v1, v9+ header v2 (flexible).
-    pos = 8
+    pos = start + 8
     pos = skip_classic_string(payload, pos)  # client_id: skipped, not decoded
     flexible = version >= 9
     if flexible:

@@ -24,6 +24,15 @@ from ._wire import INT32, Incomplete, Malformed
 _SIZE_KEY_VERSION_CORRELATION = struct.Struct(">ihhi")
 
 
+def _awaits_response(frame: bytes, version: int) -> bool:
+    """Whether the whole Produce request ``frame`` has acks other than 0. False also
+    when its header cannot be read: the general path then says why."""
+    try:
+        return produce_acks(frame, version, 4) != 0
+    except (Incomplete, Malformed):
+        return False
+
+
 class RequestReader(FrameReader):
     """Client → upstream. Records every request that expects a response."""
 
@@ -62,9 +71,9 @@ class RequestReader(FrameReader):
             if (
                 size + 4 == n
                 and 8 <= size <= self._max
-                and key != PRODUCE  # acks=0 needs a look at the body
                 and key != SASL_HANDSHAKE
                 and (self._intercept is None or not self._intercept(key, version))
+                and (key != PRODUCE or _awaits_response(data, version))
             ):
                 self.frames += 1
                 inflight = self._inflight

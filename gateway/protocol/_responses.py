@@ -67,9 +67,10 @@ class ResponseReader(FrameReader):
         self._held: bytearray | None = None
 
     def feed(self, data: bytes) -> list[Item]:
-        # Fast path for the commonest chunk: one whole response that passes through,
-        # starting at a frame boundary, with no local response waiting behind it (see
-        # RequestReader.feed for why).
+        # Fast path for the commonest chunk: one whole response, starting at a frame
+        # boundary, with no local response waiting behind it (see RequestReader.feed for
+        # why), that passes through or is gathered whole. A streamed one (its policy
+        # gives a finder) takes the general path, which asks the policy again.
         n = len(data)
         inflight = self._inflight
         if (
@@ -86,14 +87,18 @@ class ResponseReader(FrameReader):
             size, correlation_id = _SIZE_CORRELATION.unpack_from(data)
             if size + 4 == n and 4 <= size <= self._max:
                 entry = inflight.match_upstream(correlation_id)
-                if (
-                    entry is not None
-                    and entry.expects_response
-                    and (self._intercept is None or not self._intercept(entry))
-                ):
-                    entry.response_bytes = n
-                    inflight.finish(entry)  # nothing local waits: it returns []
-                    return [data]
+                if entry is not None and entry.expects_response:
+                    if self._intercept is None or not self._intercept(entry):
+                        entry.response_bytes = n
+                        inflight.finish(entry)  # nothing local waits: it returns []
+                        return [data]
+                    policy = self._tail_policy
+                    if policy is None or policy(entry, size) is None:
+                        # Gathered whole, and here whole: handed over as it came, with
+                        # no copy (a Produce v10+ answer, a small Fetch v16+ one).
+                        entry.response_bytes = n
+                        inflight.finish(entry)
+                        return [ResponseFrame(entry, data)]
         return super().feed(data)
 
     def _frame_done(self, out: list[Item]) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from gateway.protocol import (
     DroppedResponse,
+    HeadFinder,
     InFlight,
     InFlightRequest,
     ProtocolViolation,
@@ -23,6 +24,7 @@ from gateway.protocol import (
     RequestHeader,
     RequestReader,
     ResponseFrame,
+    ResponseHead,
     ResponseReader,
 )
 from gateway.protocol._inflight import ACKS0_KEPT
@@ -505,6 +507,36 @@ def test_intercepted_response_carries_the_request_it_answers() -> None:
         (f.request.correlation_id, f.request.api_key, f.request.api_version) for f in frames
     ] == [(r.correlation_id, r.key, r.version) for r in AWAITED_RESPONSES]
     assert all(f.request is entries[f.request.correlation_id] for f in frames)
+
+
+def test_a_whole_intercepted_response_read_alone_is_handed_over_without_a_copy() -> None:
+    """The commonest intercepted response (a Produce v10+ answer, walked for its
+    NodeEndpoints) arrives whole in one read: it is handed over as the bytes read, and
+    its request is finished, as a gathered one would be."""
+    r = produce_response(11, 9)
+    inflight, entries = inflight_for([r])
+    data = bytes(r.frame)
+    items = ResponseReader(inflight, intercept=lambda e: True).feed(data)
+    assert len(items) == 1 and isinstance(items[0], ResponseFrame)
+    assert items[0].frame is data
+    assert items[0].request is entries[9] and entries[9].response_bytes == len(data)
+    assert len(inflight) == 0
+
+
+def test_a_response_to_stream_read_alone_still_streams() -> None:
+    """The policy gives a finder: the fast path leaves the frame to the general one."""
+    r = metadata_response(12, 4)
+    inflight, _ = inflight_for([r])
+    policy_asked: list[int] = []
+
+    def policy(entry: InFlightRequest, size: int) -> HeadFinder:
+        policy_asked.append(size)
+        return HeadFinder(entry.api_key, entry.api_version, "brokers")
+
+    items = ResponseReader(inflight, intercept=lambda e: True, tail_policy=policy).feed(r.frame)
+    assert isinstance(items[0], ResponseHead)
+    assert b"".join([items[0].head, *(bytes(i) for i in items[1:])]) == r.frame
+    assert len(inflight) == 0
 
 
 # -- local answers (InFlight.answer_locally) ------------------------------------------
