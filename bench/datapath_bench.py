@@ -15,7 +15,8 @@ to ``data_received`` and its response to ``upstream_data``, ``--requests`` times
 * Metadata, whose broker addresses the gateway rewrites (only its head is held back);
 * Produce v9 (acks=1), forwarded, and Produce v11, whose response the gateway walks to
   its top-level tagged section for KIP-951's NodeEndpoints: what every produce of a
-  current client costs (Produce v10+; Fetch v16+ responses under 64 KiB the same way).
+  current client costs (Produce v10+; Fetch v16+ responses under 64 KiB the same way),
+  one a read and 8 a read.
 
 ``--profile`` prints where the time goes (cProfile, top functions by own time).
 """
@@ -76,11 +77,15 @@ def connection() -> ClientConnection:
 
 
 PIPELINED = 16
+# A producer's requests in flight per connection: librdkafka's and the Java client's
+# max.in.flight.requests.per.connection is 5; 8 keeps a read's worth together.
+PIPELINED_PRODUCE = 8
 
 
 def cases(partitions: int) -> dict[str, tuple[bytes, bytes, int]]:
     """name → (request bytes, response bytes, requests they carry)."""
     request = responder.describe_groups_request(0)
+    produce = responder.produce_request(11)
     ids = range(PIPELINED)
     return {
         "forwarded (DescribeGroups v0)": (
@@ -107,6 +112,14 @@ def cases(partitions: int) -> dict[str, tuple[bytes, bytes, int]]:
             responder.produce_request(11),
             responder.canned_response(responder.PRODUCE, 11),
             1,
+        ),
+        f"Produce v11, {PIPELINED_PRODUCE} per read": (
+            b"".join(responder.with_correlation_id(produce, i) for i in range(PIPELINED_PRODUCE)),
+            b"".join(
+                responder.canned_response(responder.PRODUCE, 11, i)
+                for i in range(PIPELINED_PRODUCE)
+            ),
+            PIPELINED_PRODUCE,
         ),
     }
 

@@ -128,6 +128,17 @@ _BUFFERS = (bytes, memoryview)
 _internal_ids = itertools.count(-(2**31))
 
 
+def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
+    """Write ``out`` in one call (one system call when the socket takes it all); empty it."""
+    if len(out) == 1:
+        transport.write(out[0])
+    elif out:
+        transport.writelines(out)
+    else:
+        return
+    out.clear()
+
+
 class ClientConnection(asyncio.BufferedProtocol):
     """The client side. Owns the pair: it dials the upstream and tears both down."""
 
@@ -503,19 +514,25 @@ class ClientConnection(asyncio.BufferedProtocol):
         info = self.info
         if info is not None:
             info.bytes_out += len(data)
+        # What one read gives the client goes out in one system call (uvloop's writelines
+        # is one writev). Written one by one, eight pipelined Produce v10+ answers were
+        # eight sends, which cost more than everything else the gateway did with them.
+        out: list[bytes | bytearray | memoryview] = []
         for item in self.responses.feed(data):
             if isinstance(item, _BUFFERS):
-                client.write(item)
+                out.append(item)
             elif isinstance(item, ResponseFrame):
                 handler = item.request.context
                 if handler is not None:
+                    # A handler may answer the client itself: what came before goes first.
+                    _send(client, out)
                     cast(InternalHandler, handler)(memoryview(item.frame)[4:])
                 else:
-                    client.write(dispatch.rewrite_frame(self, item))
+                    out.append(dispatch.rewrite_frame(self, item))
             elif isinstance(item, ResponseHead):
-                client.write(dispatch.rewrite_head(self, item))
+                out.append(dispatch.rewrite_head(self, item))
             elif isinstance(item, ResponseTail):
-                client.write(dispatch.rewrite_tail(self, item))
+                out.append(dispatch.rewrite_tail(self, item))
             elif isinstance(item, UnreadableResponse):
                 self.rewrite_failed(item.request, item.detail)
             elif isinstance(item, DroppedResponse):
@@ -530,8 +547,10 @@ class ClientConnection(asyncio.BufferedProtocol):
                     **self.who(),
                 )
             elif isinstance(item, ProtocolViolation):
+                _send(client, out)  # the whole responses before it still go out
                 self._violation("upstream", item)
                 return
+        _send(client, out)
         if self.requests.held and not self._closed:
             # Client bytes sent out of turn in a SaslHandshake v0 exchange were held
             # until the broker answered; the broker has moved on, take them up again.
