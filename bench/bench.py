@@ -206,6 +206,27 @@ class SmallRequest:
         return b"".join([p + c.to_bytes(4, "big") + s for c in range(first_id, first_id + count)])
 
 
+def _record_batch(value: bytes) -> bytes:
+    """One record of ``value`` in a v2 record batch (what a producer sends)."""
+    from kio.records.schema import NewRecordBatch, Record
+    from kio.records.writers import write_batch
+
+    record = Record(
+        attributes=0,
+        timestamp=datetime.datetime.now(datetime.UTC),
+        offset=0,
+        key=None,
+        value=value,
+        headers=(),
+    )
+    batch = NewRecordBatch(
+        producer_id=-1, producer_epoch=-1, base_sequence=-1, attributes=0, records=(record,)
+    )
+    buf = io.BytesIO()
+    write_batch(buf, batch)
+    return buf.getvalue()
+
+
 def make_small_request(kind: str, topic: str) -> SmallRequest:
     """Build the template for --request; its check decodes a response fully with kio."""
     if kind == "apiversions":
@@ -246,6 +267,24 @@ def make_small_request(kind: str, topic: str) -> SmallRequest:
 
         def error_of(r: Any) -> int:
             return int(r.topics[0].partitions[0].error_code)
+
+        header_tagged = True
+    elif kind == "produce":
+        # Produce v11, acks=1, one 100-byte record: the response carries KIP-951's
+        # NodeEndpoints tag, so the gateway walks every answer to its tagged section.
+        api, version = "produce", 11
+        mod = _schema(api, version, "request")
+        part = mod.PartitionProduceData(index=0, records=_record_batch(bytes(100)))
+        req = mod.ProduceRequest(
+            transactional_id=None,
+            acks=1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(mod.TopicProduceData(name=topic, partition_data=(part,)),),
+        )
+        resp_cls = _schema(api, version, "response").ProduceResponse
+
+        def error_of(r: Any) -> int:
+            return int(r.responses[0].partition_responses[0].error_code)
 
         header_tagged = True
     else:
@@ -939,12 +978,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--request",
-        choices=("listoffsets", "apiversions", "metadata"),
+        choices=("listoffsets", "apiversions", "metadata", "produce"),
         default="listoffsets",
         help="small request for sequential/pipelined: ListOffsets v7 (default;"
         " forwarded untouched by a proxy), ApiVersions v3 (the gateway may"
-        " answer it itself) or Metadata v12 for one topic (addresses"
-        " rewritten by the gateway)",
+        " answer it itself), Metadata v12 for one topic (addresses"
+        " rewritten by the gateway) or Produce v11 acks=1 of one 100-byte record"
+        " (the gateway walks each answer for KIP-951's NodeEndpoints)",
     )
     parser.add_argument(
         "--window",
