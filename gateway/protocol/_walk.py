@@ -295,15 +295,10 @@ def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> i
             pos += arg  # checked by the next read, or at the end
             continue
         if kind == _BLOB:
-            if flexible and pos < end and body[pos] < 0x80:  # a one-byte varint, inline
-                length = body[pos] - 1
-                pos += 1
+            if flexible and pos < end and body[pos] < 0x80:  # a one-byte varint, inline:
+                pos += max(body[pos], 1)  # length + 1, then the bytes (0: null, 1: empty)
             else:
-                length, pos = _read_length(body, pos, end, flexible, arg)
-            if length < -1:
-                raise Malformed(f"negative length {length}")
-            if length > 0:
-                pos += length
+                pos = _skip_blob(body, pos, end, flexible, arg)
             continue
         if kind == _STRUCT:
             if arg:  # nullable: a presence byte, int8 -1 for null (KIP-893)
@@ -330,12 +325,8 @@ def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> i
             for _ in range(count):
                 pos = _skip(element, body, pos)
             continue
-        for _ in range(count):  # _ARRAY_OF_BLOBS: each reads its length first
-            length, pos = _read_length(body, pos, end, flexible, arg)
-            if length < -1:
-                raise Malformed(f"negative length {length}")
-            if length > 0:
-                pos += length
+        for _ in range(count):  # _ARRAY_OF_BLOBS
+            pos = _skip_blob(body, pos, end, flexible, arg)
     if with_tags and flexible:
         if pos < end and body[pos] == 0:  # no tagged fields, the common case
             return pos + 1
@@ -347,6 +338,16 @@ def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> i
     if pos > end:
         raise Incomplete
     return pos
+
+
+def _skip_blob(
+    body: bytes | bytearray | memoryview, pos: int, end: int, flexible: bool, classic_width: int
+) -> int:
+    """The position after the string, bytes or records at ``pos`` (see ``_blob``)."""
+    length, pos = _read_length(body, pos, end, flexible, classic_width)
+    if length < -1:
+        raise Malformed(f"negative length {length}")
+    return pos + length if length > 0 else pos
 
 
 def _read_length(
