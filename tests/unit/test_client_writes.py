@@ -14,21 +14,18 @@ import struct
 
 import uvloop
 
-from gateway.config import load_config
-from gateway.server.app import Gateway
-from gateway.server.proxy import ClientConnection
-from gateway.versions import gateway_supported
-
+from ._connection import RecordingTransport, connected
 from ._kafka import produce
 from .test_streams import produce_response
 
 DESCRIBE_GROUPS = 15
 
 
-class CallsTransport:
+class CallsTransport(RecordingTransport):
     """Records each write call as the list of buffers it carried."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls: list[list[bytes]] = []
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -36,25 +33,6 @@ class CallsTransport:
 
     def writelines(self, frames: list[bytes | bytearray | memoryview]) -> None:
         self.calls.append([bytes(f) for f in frames])
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-def _connection() -> tuple[ClientConnection, CallsTransport, CallsTransport]:
-    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
-    conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
-    client, upstream = CallsTransport(), CallsTransport()
-    conn.client = client  # type: ignore[assignment]
-    conn.upstream = upstream  # type: ignore[assignment]
-    conn._negotiated(gateway_supported())
-    return conn, client, upstream
 
 
 def _describe_groups(correlation_id: int) -> tuple[bytes, bytes]:
@@ -71,7 +49,7 @@ def _describe_groups(correlation_id: int) -> tuple[bytes, bytes]:
 
 def test_pipelined_produce_answers_go_out_in_one_call_in_order() -> None:
     async def main() -> None:
-        conn, client, upstream = _connection()
+        conn, client, upstream = connected(CallsTransport)
         ids = range(1, 9)
         requests = [produce(11, i, acks=1, transactional_id=None).frame for i in ids]
         conn.data_received(b"".join(requests))
@@ -90,7 +68,7 @@ def test_what_came_before_a_handled_response_goes_out_before_its_handler_runs() 
     client itself) sits between two client requests in one upstream read."""
 
     async def main() -> None:
-        conn, client, _ = _connection()
+        conn, client, _ = connected(CallsTransport)
         first, first_answer = _describe_groups(1)
         second, second_answer = _describe_groups(2)
         conn.data_received(first)

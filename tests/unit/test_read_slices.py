@@ -18,53 +18,12 @@ from collections.abc import Awaitable, Callable
 
 import uvloop
 
-from gateway.config import load_config
 from gateway.server import proxy
-from gateway.server.app import Gateway
 from gateway.server.proxy import READ_BYTES, ClientConnection, UpstreamConnection
-from gateway.versions import gateway_supported
+
+from ._connection import RecordingTransport, connected
 
 DESCRIBE_GROUPS = 15
-
-
-class RecordingTransport:
-    """Keeps what is written and whether reading is paused."""
-
-    def __init__(self) -> None:
-        self.written = 0
-        self.reading = True
-        self.closed = False
-
-    def write(self, data: bytes | memoryview) -> None:
-        self.written += len(data)
-
-    def writelines(self, frames: list[bytes]) -> None:
-        for data in frames:
-            self.write(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def pause_reading(self) -> None:
-        assert self.reading, "paused twice"
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        assert not self.reading, "resumed while reading"
-        self.reading = True
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def _connection() -> tuple[ClientConnection, RecordingTransport, RecordingTransport]:
-    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
-    conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
-    client, upstream = RecordingTransport(), RecordingTransport()
-    conn.client = client  # type: ignore[assignment]
-    conn.upstream = upstream  # type: ignore[assignment]
-    conn._negotiated(gateway_supported())
-    return conn, client, upstream
 
 
 def _request(correlation_id: int) -> bytes:
@@ -97,7 +56,7 @@ def _read(side: ClientConnection | UpstreamConnection, data: bytes) -> None:
 
 def test_a_large_response_yields_the_loop_after_each_full_read_and_arrives_whole() -> None:
     async def main() -> None:
-        conn, client, upstream = _connection()
+        conn, client, upstream = connected(RecordingTransport)
         side = UpstreamConnection(conn)
         _read(conn, _request(1))
         response = _large_response(1, 4 * READ_BYTES + 100)
@@ -116,7 +75,7 @@ def test_a_large_response_yields_the_loop_after_each_full_read_and_arrives_whole
 
 def test_a_yield_does_not_lift_back_pressure() -> None:
     async def main() -> None:
-        conn, _client, upstream = _connection()
+        conn, _client, upstream = connected(RecordingTransport)
         _read(conn, _request(1))
         conn.pause_writing()  # the client's write buffer is full
         assert not upstream.reading
@@ -131,7 +90,7 @@ def test_a_yield_does_not_lift_back_pressure() -> None:
 
 def test_client_yields_keep_the_memory_pause_and_draining() -> None:
     async def main() -> None:
-        conn, client, _upstream = _connection()
+        conn, client, _upstream = connected(RecordingTransport)
         requests = b"".join(_request(i) for i in range(2 * READ_BYTES // 20))
         conn.memory_pause(True)
         assert not client.reading

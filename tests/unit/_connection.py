@@ -1,0 +1,61 @@
+"""A real ``ClientConnection`` past negotiation, between two stand-in transports.
+
+For tests of what the connection does with each read and write call: how many calls
+carried the bytes, and when reading was paused, cannot be seen from the other end of a
+real socket. The connection, its readers and the interceptors are the real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from gateway.config import load_config
+from gateway.server.app import Gateway
+from gateway.server.proxy import ClientConnection
+from gateway.versions import gateway_supported
+
+
+class RecordingTransport:
+    """Keeps what is written and whether reading is paused."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.reading = True
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += len(data)
+
+    def writelines(self, frames: list[bytes | bytearray | memoryview]) -> None:
+        for data in frames:
+            self.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed while reading"
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+T = TypeVar("T", bound=RecordingTransport)
+
+
+def connected(transport: Callable[[], T]) -> tuple[ClientConnection, T, T]:
+    """(connection, its client transport, its upstream transport), the upstream's
+    versions negotiated (every version the gateway supports)."""
+    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
+    conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
+    client, upstream = transport(), transport()
+    conn.client = client  # type: ignore[assignment]
+    conn.upstream = upstream  # type: ignore[assignment]
+    conn._negotiated(gateway_supported())
+    return conn, client, upstream
