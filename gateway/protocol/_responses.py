@@ -88,15 +88,14 @@ class ResponseReader(FrameReader):
             if size + 4 == n and 4 <= size <= self._max:
                 entry = inflight.match_upstream(correlation_id)
                 if entry is not None and entry.expects_response:
+                    entry.response_bytes = n
                     if self._intercept is None or not self._intercept(entry):
-                        entry.response_bytes = n
                         inflight.finish(entry)  # nothing local waits: it returns []
                         return [data]
                     policy = self._tail_policy
                     if policy is None or policy(entry, size) is None:
                         # Gathered whole, and here whole: handed over as it came, with
                         # no copy (a Produce v10+ answer, a small Fetch v16+ one).
-                        entry.response_bytes = n
                         inflight.finish(entry)
                         return [ResponseFrame(entry, data)]
         return super().feed(data)
