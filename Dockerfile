@@ -28,10 +28,17 @@ RUN groupadd --system --gid 10001 kafka-gateway \
 
 # -- build the project's wheel once; both targets install the same file -----------------
 FROM python-base AS builder
+# The compiled lane (setup.py: gateway/server/_lane.pyx) needs a C compiler. Only this
+# stage has one: the images get the built wheel, whose extension needs nothing but libc.
+# Pinned (hadolint DL3008) to Debian 12's versions, the base image's release: bump them
+# with the base image.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc=4:12.2.0-3 libc6-dev=2.36-9+deb12u14 \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the wheel is made of (see .dockerignore): editing tests or deploy/ does not
 # invalidate this layer. README.md is the package's long description (pyproject readme).
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
 COPY featurectl ./featurectl
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .

@@ -5,8 +5,11 @@ swing by 2-3x between runs with the neighbours' load; this one measures only the
 gateway's own Python per request, which is what a change to the hot path moves, and
 repeats within a few percent. A real ``Gateway`` and ``ClientConnection`` are built
 from the default config; the two transports are stand-ins that only count bytes (the
-point is to leave the kernel and the event loop out). Each case feeds one request frame
-to ``data_received`` and its response to ``upstream_data``, ``--requests`` times,
+point is to leave the kernel and the event loop out). Each case hands one read of
+request frames to the connection and one read of their responses to its upstream side,
+as a socket read does (copied into the shared receive buffer, then ``buffer_updated``:
+the compiled lane where it takes the read, else the Python path; set
+``KAFKA_GATEWAY_PURE_PYTHON=1`` for the Python path alone), ``--requests`` times,
 ``--repeat`` times, and prints the best CPU (``time.process_time``) per request:
 
 * a forwarded request (DescribeGroups: no interceptor asks for it either way);
@@ -38,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import responder
 
 from gateway.config import load_config
+from gateway.server import proxy
 from gateway.server.app import Gateway
-from gateway.server.proxy import ClientConnection
+from gateway.server.proxy import ClientConnection, UpstreamConnection
 from gateway.versions import gateway_supported
 
 
@@ -126,13 +130,17 @@ def cases(partitions: int) -> dict[str, tuple[bytes, bytes, int]]:
 
 def measure(conn: ClientConnection, request: bytes, response: bytes, per: int, n: int) -> float:
     """CPU seconds per request through the connection (``per`` requests a feed)."""
+    recv, upstream = proxy._RECV, UpstreamConnection(conn)
+    asked, answered = len(request), len(response)
     gc.collect()
     start = time.process_time()
     for _ in range(n):
-        conn.data_received(request)
-        conn.upstream_data(response)
+        recv[:asked] = request
+        conn.buffer_updated(asked)
+        recv[:answered] = response
+        upstream.buffer_updated(answered)
     elapsed = time.process_time() - start
-    assert len(conn.inflight) == 0, "a response was not matched to its request"
+    assert conn.in_flight() == 0, "a response was not matched to its request"
     return elapsed / (n * per)
 
 
@@ -149,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _main(args: argparse.Namespace) -> int:
     conn = connection()
+    print("reads:", "the compiled lane" if proxy._lane.COMPILED else "the Python path alone")
     for name, (request, response, per) in cases(args.partitions).items():
         n = max(args.requests // per, 1)
         measure(conn, request, response, per, min(n, 2000))  # warm up

@@ -213,6 +213,11 @@ def ask_upstream_versions(
 
 
 # -- responses rewritten ------------------------------------------------------------------
+# api key → the first version whose response is rewritten: intercepts_response's rule,
+# which the compiled lane's table of plain requests follows (gateway/server/_lane.pyx).
+REWRITTEN_FROM = addresses.REWRITTEN_RESPONSES
+
+
 def intercepts_response(
     entry: InFlightRequest, _first: Callable[[int, int], int] = addresses.REWRITTEN_RESPONSES.get
 ) -> bool:

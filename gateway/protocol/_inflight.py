@@ -201,6 +201,26 @@ class InFlight:
                 self.observer(first)
         return ready
 
+    def plain_entries(self, plain: Callable[[int, int], bool]) -> list[InFlightRequest] | None:
+        """Every entry, oldest first, if each is an upstream request awaiting an answer
+        that ``plain(api_key, api_version)`` says passes untouched; else None. For the
+        compiled lane, which then takes them over (``clear``)."""
+        for entry in self._entries:
+            if (
+                not entry.to_upstream
+                or not entry.expects_response
+                or entry.context is not None
+                or entry.local is not None
+                or not plain(entry.api_key, entry.api_version)
+            ):
+                return None
+        return list(self._entries)
+
+    def clear(self) -> None:
+        """Forget every entry (the compiled lane took them over; see ``plain_entries``)."""
+        self._entries.clear()
+        self._optional = 0
+
     @property
     def has_local_pending(self) -> bool:
         return self._local_pending > 0

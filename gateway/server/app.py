@@ -45,7 +45,7 @@ from .http import check_route, json_route, metrics_route, serve_http
 from .limit_counts import SharedCounts
 from .limits import ConnectionLimits
 from .loop_lag import LoopLagMonitor
-from .proxy import ClientConnection
+from .proxy import ClientConnection, PlainTable
 from .routing import ClusterRouter, SidecarRouter
 from .services import Negotiated
 from .sni import SniRouter
@@ -175,7 +175,7 @@ class Gateway:
                     "/metrics": metrics_route(self.metrics.registry),
                     "/healthz": check_route(self.health),
                     "/readyz": check_route(self.readiness),
-                    "/connections": json_route(self.registry.snapshot),
+                    "/connections": json_route(self.connections_snapshot),
                 },
             )
         await self.features.register_now()
@@ -339,7 +339,8 @@ class Gateway:
             passthrough.pop(api_key, None)
         if len(self._negotiated) >= NEGOTIATED_KEPT:
             self._negotiated.clear()
-        found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough)
+        lane = PlainTable(passthrough, dispatch.REWRITTEN_FROM)
+        found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
         return found
 
     def advertised_ranges(
@@ -489,6 +490,12 @@ class Gateway:
                 self.registry.remove(conn.info.connection_id)
         # Also a connection closed before it was served (held by the throttle).
         self.limits.release(conn)
+
+    def connections_snapshot(self) -> list[dict[str, Any]]:
+        """/connections: the registry, each connection's counts brought up to date."""
+        for conn in self.connections:
+            conn.sync_info()
+        return self.registry.snapshot()
 
     def _fold_live_connections(self) -> None:
         for conn in list(self.connections):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import Callable, Coroutine
 from time import perf_counter
 from typing import Any, cast
@@ -51,6 +52,17 @@ from ..protocol._apis import api_name
 from ..versions import VersionRange
 from .services import GatewayServices
 from .tls import peer_subject
+
+# The compiled lane takes the reads of requests and responses forwarded untouched (see
+# gateway/server/_lane.pyx); without it (not compiled, or turned off to compare or to
+# debug) every read takes the Python path below, which does the same.
+if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
+    from . import _lane_py as _lane
+else:
+    try:
+        from . import _lane  # type: ignore[no-redef]
+    except ImportError:  # built without a C compiler
+        from . import _lane_py as _lane  # type: ignore[no-redef]
 
 log = get_logger("gateway.proxy")
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
@@ -82,12 +94,14 @@ PENDING_HIGH = 1024 * 1024
 # gateway on a CPU of its own (metadata_bench --proxy-cpus 1), had lag p99 1-5 ms with
 # 256 kB reads and <= 0.5 ms with 120 kB, at about the same CPU per response. 64 kB
 # cost 30 % more CPU per response (twice the reads, sends and yields) for no less lag.
-READ_BYTES = 120_000
+READ_BYTES = _lane.READ_BYTES
 # One receive buffer for every connection of the process: a read is copied out of it
 # into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
 # connection keeps a buffer of its own. The gateway runs one event loop per process
 # (workers are processes), so this is also one buffer per loop, as uvloop's is.
-_RECV = memoryview(bytearray(READ_BYTES))
+_RECV = _lane.RECV
+# What the lane may take of a negotiation's pass-through table (Gateway.negotiated).
+PlainTable = _lane.PlainTable
 
 # Why a side's reading is paused, as bits: it reads again once no reason is left.
 _HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
@@ -139,8 +153,13 @@ def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview
     out.clear()
 
 
-class ClientConnection(asyncio.BufferedProtocol):
-    """The client side. Owns the pair: it dials the upstream and tears both down."""
+class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
+    """The client side. Owns the pair: it dials the upstream and tears both down.
+
+    Its reads (``get_buffer``, ``buffer_updated``), its transports, readers, in-flight
+    table and byte counts are the lane's (``_lane.Lane``); a read the lane does not take
+    comes to ``data_received`` or ``upstream_data``.
+    """
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
     # many attributes is ~1.3 kB a connection; bench/README.md, "Slots, a worker ...").
@@ -157,12 +176,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         "_throttle",
         "_unknown_node",
         "_upstream_pauses",
-        "charged",
-        "client",
         "counted",
-        "draining",
         "gateway",
-        "inflight",
         "info",
         "listener",
         "opened_at",
@@ -170,10 +185,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         "peer_ip",
         "principal",
         "ranges",
-        "requests",
-        "responses",
         "tls_subject",
-        "upstream",
         "upstream_address",
         "upstream_ranges",
     )
@@ -195,6 +207,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         )
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
+        # The lane's state (gateway/server/_lane.pyx): it takes no read until the
+        # upstream's versions are known (``_lane_state``).
+        self.lane_table = None
+        self.lane_requests = self.lane_responses = False
+        self.lane_frames = 0
+        self.max_frame_bytes = gateway.config.max_frame_bytes
+        self.limits = gateway.limits
+        self.budget_on = bool(gateway.limits.budget)
+        self.bytes_in = self.bytes_out = 0  # request bytes in, response bytes out
         self.info: ClientInfo | None = None
         self.peer = "?"
         self.tls_subject: str | None = None
@@ -287,26 +308,24 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.info = self.gateway.connection_opened(self)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return _RECV
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if nbytes == READ_BYTES:  # libuv would read this socket again in this turn
-            self.pause_client(_SLICE)
-            asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
-        self.data_received(_RECV[:nbytes].tobytes())
+    def read_filled_client(self) -> None:
+        """A client read filled the buffer: libuv would read this socket again in this
+        turn; the loop's other work goes first (READ_BYTES)."""
+        self.pause_client(_SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
 
     def data_received(self, data: bytes) -> None:
+        """A client read the lane did not take (or what was left of it)."""
+        self.lane_spill()
         if self.ranges is None:
             self._held.append(data)
             self._held_size += len(data)
             if self._held_size > PENDING_HIGH:
                 self.pause_client(_HELD)
         else:
-            info = self.info
-            if info is not None:
-                info.bytes_in += len(data)
+            self.bytes_in += len(data)
             self._to_upstream(self.requests.feed(data))
+            self._lane_state()
         if self.gateway.limits.budget:
             self._recharge()
 
@@ -325,8 +344,6 @@ class ClientConnection(asyncio.BufferedProtocol):
             elif isinstance(item, ProtocolViolation):
                 self._violation("client", item)
                 return
-        if self.info is not None:
-            self.info.requests = self.requests.frames
 
     def eof_received(self) -> bool:
         return False  # Kafka does not half-close: close both directions.
@@ -379,11 +396,48 @@ class ClientConnection(asyncio.BufferedProtocol):
         info = self.info
         if info is None:
             return
+        self.lane_fold(self.inflight.stats)
         stats = self.inflight.stats.take()
-        bytes_in = info.bytes_in - self._folded_in
-        bytes_out = info.bytes_out - self._folded_out
-        self._folded_in, self._folded_out = info.bytes_in, info.bytes_out
+        self.sync_info()
+        bytes_in = self.bytes_in - self._folded_in
+        bytes_out = self.bytes_out - self._folded_out
+        self._folded_in, self._folded_out = self.bytes_in, self.bytes_out
         self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
+
+    def sync_info(self) -> None:
+        """Bring the registry's counts for this connection (/connections) up to date."""
+        info = self.info
+        if info is not None:
+            info.requests = self.requests.frames + self.lane_frames
+            info.bytes_in, info.bytes_out = self.bytes_in, self.bytes_out
+
+    def in_flight(self) -> int:
+        """Requests awaiting a response: the lane's and the Python table's."""
+        return len(self.inflight) + self.lane_in_flight
+
+    def _lane_state(self) -> None:
+        """Say which reads the lane may take next, after the Python path changed what
+        it holds: requests when the request reader is between frames; responses when,
+        besides, every outstanding request is in the lane (``lane_absorb`` takes the
+        table's back when they are all plain). The lane's own reads change neither."""
+        inflight = self.inflight
+        table = self.lane_table
+        if (
+            table is None
+            or self._closed
+            or inflight.sasl.state
+            or inflight.observer is not None  # the request log sees each request
+        ):
+            self.lane_requests = self.lane_responses = False
+            return
+        self.lane_requests = not self.draining and not self.requests.mid_frame
+        if self.responses.mid_frame or inflight.has_local_pending:
+            self.lane_responses = False
+            return
+        entries = inflight.plain_entries(table.plain)
+        self.lane_responses = entries is not None and (not entries or self.lane_absorb(entries))
+        if self.lane_responses and entries:
+            inflight.clear()
 
     def _log_request(self, entry: InFlightRequest) -> None:
         request_log = self.gateway.request_log
@@ -409,12 +463,15 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def answer(self, entry: InFlightRequest, payload: bytes) -> None:
         self._release(self.inflight.answer_locally(entry, frame(payload)))
+        self._lane_state()
 
     def ask_upstream(
         self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler
     ) -> int:
         correlation_id = next(_internal_ids)
         version, request = build(correlation_id)
+        self.lane_spill()  # this request goes after the lane's
+        self.lane_responses = False  # its answer goes to the Python path
         entry = self.inflight.add(api_key, version, correlation_id)
         entry.context = handler
         assert self.upstream is not None
@@ -506,14 +563,16 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         negotiated = self.gateway.negotiated(self.upstream_address, self.upstream_ranges)
         self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
+        self.lane_table = negotiated.lane
+        self._lane_state()
 
     def upstream_data(self, data: bytes) -> None:
+        """An upstream read the lane did not take (or what was left of it)."""
         client = self.client
         if client is None:
             return
-        info = self.info
-        if info is not None:
-            info.bytes_out += len(data)
+        self.lane_spill()
+        self.bytes_out += len(data)
         # What one read gives the client goes out in one system call (uvloop's writelines
         # is one writev). Written one by one, eight pipelined Produce v10+ answers were
         # eight sends, which cost more than everything else the gateway did with them.
@@ -555,8 +614,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             # Client bytes sent out of turn in a SaslHandshake v0 exchange were held
             # until the broker answered; the broker has moved on, take them up again.
             self._to_upstream(self.requests.resume())
-        if self.draining and not self.inflight:
+        if self.draining and not self.in_flight():
             self.close()
+        self._lane_state()
         if self.gateway.limits.budget:
             self._recharge()
 
@@ -580,13 +640,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         return held
 
     def activity(self) -> tuple[int, ...]:
-        info = self.info
-        ins, outs = (info.bytes_in, info.bytes_out) if info is not None else (0, 0)
-        return (ins + self._held_size, outs, len(self.inflight))
+        return (self.bytes_in + self._held_size, self.bytes_out, self.in_flight())
 
     def has_request(self) -> bool:
         if not self._first_done:
-            frames = self.requests.frames
+            frames = self.requests.frames + self.lane_frames
             self._first_done = frames > 1 or (frames == 1 and not self.requests.mid_frame)
         return self._first_done
 
@@ -606,7 +664,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 "upstream.closed",
                 upstream=str(self.upstream_address),
                 peer=self.peer,
-                in_flight=len(self.inflight),
+                in_flight=self.in_flight(),
                 # A response cut off mid-frame (the client got none of a held head).
                 mid_response=self.responses.mid_frame,
                 error=str(exc) if exc else None,
@@ -643,6 +701,11 @@ class ClientConnection(asyncio.BufferedProtocol):
     def resume_client(self, reason: int) -> None:
         self._client_pauses.resume(self.client, reason, self._closed)
 
+    def read_filled_upstream(self) -> None:
+        """An upstream read filled the buffer (see ``read_filled_client``)."""
+        self.pause_upstream(_SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_upstream, _SLICE)
+
     def pause_upstream(self, reason: int) -> None:
         self._upstream_pauses.pause(self.upstream, reason)
 
@@ -652,8 +715,9 @@ class ClientConnection(asyncio.BufferedProtocol):
     def drain(self) -> None:
         """Stop taking requests; close once every in-flight request was answered."""
         self.draining = True
+        self.lane_requests = False
         self.pause_client(_DRAINING)
-        if not self.inflight:
+        if not self.in_flight():
             self.close()
 
     def close(self) -> None:
@@ -674,25 +738,11 @@ class ClientConnection(asyncio.BufferedProtocol):
                 transport.abort()
 
 
-class UpstreamConnection(asyncio.BufferedProtocol):
-    """The broker side; hands everything to its ``ClientConnection``."""
+class UpstreamConnection(_lane.UpstreamLane, asyncio.BufferedProtocol):
+    """The broker side; hands everything to its ``ClientConnection`` (its reads through
+    the lane: ``_lane.UpstreamLane``)."""
 
-    __slots__ = ("_data", "pair")
-
-    def __init__(self, pair: ClientConnection) -> None:
-        self.pair = pair
-        # Bound once: the transport calls buffer_updated for every read.
-        self._data = pair.upstream_data
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return _RECV
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if nbytes == READ_BYTES:  # libuv would read this socket again in this turn
-            pair = self.pair
-            pair.pause_upstream(_SLICE)
-            asyncio.get_running_loop().call_soon(pair.resume_upstream, _SLICE)
-        self._data(_RECV[:nbytes].tobytes())
+    __slots__ = ()
 
     def eof_received(self) -> bool:
         return False

@@ -83,6 +83,11 @@ def test_a_wheel_builds_without_warnings_and_carries_license_expression(tmp_path
         (name,) = (n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         headers = archive.read(name).decode().split("\n\n", 1)[0].splitlines()
     assert "License-Expression: Apache-2.0" in headers
+    # The compiled lane is in it (setup.py; optional only where no C compiler is).
+    with zipfile.ZipFile(wheel) as archive:
+        assert any(
+            n.startswith("gateway/server/_lane.") and n.endswith(".so") for n in archive.namelist()
+        )
     # The deprecated field must be gone, not merely joined by the new one.
     assert not any(h.startswith("License:") for h in headers)
 

@@ -122,11 +122,8 @@ class RecordingPair:
     def upstream_lost(self, exc: Exception | None) -> None:
         self.lost.set_result(exc)
 
-    def pause_upstream(self, reason: int) -> None:
+    def read_filled_upstream(self) -> None:
         pass  # the yield itself is tested above
-
-    def resume_upstream(self, reason: int) -> None:
-        pass
 
 
 def test_reads_come_in_units_of_read_bytes_and_outlive_the_shared_buffer() -> None:

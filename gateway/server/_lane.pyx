@@ -1,0 +1,477 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled lane: a connection's reads of requests and responses it forwards untouched.
+
+A forwarded request costs haproxy about a microsecond and a half of CPU; the Python path
+(``ClientConnection.data_received`` through ``RequestReader.feed`` and back out, then the
+same for its response) costs two to four times that, and most of it is the interpreter
+calling and counting, not the work (bench/README.md, "A compiled lane"). This module does
+that work in C for the reads it can take whole, and hands every other read to the Python
+path, which stays the definition of what the gateway does:
+
+* a read of the client's that starts at a frame boundary is taken here up to the first
+  frame that is not a *plain* request: one whose key and version pass through untouched
+  and whose response is not rewritten (``PlainTable``), which is not a SaslHandshake, and,
+  for a Produce, has acks other than 0. What is left goes to ``data_received``;
+* a read of the upstream's is taken here while every outstanding request is in the lane
+  (the Python in-flight table is empty), up to the first response that does not answer
+  the lane's oldest request. What is left goes to ``upstream_data``.
+
+The lane keeps its requests in a ring of C structs, in order, behind those of the Python
+in-flight table (``InFlight``): a request the lane took is always newer than every
+request in the table. Before the Python path touches the table it calls ``lane_spill``,
+which appends the ring's requests to it as ``InFlightRequest`` entries, in order, so the
+Python path sees every request as if it had read them all itself; afterwards
+``lane_absorb`` takes the table's requests back when all of them are plain. Counts go to
+C counters, folded into the connection's ``ApiStats`` when its metrics are (``lane_fold``).
+
+``gateway/server/_lane_py.py`` is the same interface without a lane (every read takes the
+Python path): what runs where this module was not compiled.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memmove
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+COMPILED = True
+
+# The most one socket read takes (see gateway/server/proxy.py, READ_BYTES).
+READ_BYTES = 120_000
+# One receive buffer for every connection of the process (see proxy.py, _RECV).
+cdef bytearray _recv_array = bytearray(READ_BYTES)
+RECV = memoryview(_recv_array)
+cdef char* _recv = _recv_array  # never resized: the pointer stays valid
+
+cdef enum:
+    # The keys a PlainTable covers; requests of other keys take the Python path.
+    KEYS = 128
+    PRODUCE = 0
+    SASL_HANDSHAKE = 17
+    # Latency buckets as gateway.protocol._stats.LATENCY_BUCKETS (the tests compare).
+    BUCKETS = 14
+    # Past this many distinct (key, version) pairs since the last fold, counts are
+    # folded into the Python ApiStats at once (a client uses a handful).
+    COUNT_SLOTS = 32
+    # The most requests the ring holds; past that a request takes the Python path.
+    RING_MAX = 65536
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+cdef double _bounds[BUCKETS]
+for _i, _bound in enumerate(LATENCY_BUCKETS):
+    _bounds[_i] = _bound
+
+
+cdef struct Entry:
+    int16_t key
+    int16_t version
+    int32_t correlation_id
+    int32_t size
+    double started
+
+
+cdef struct Count:
+    int16_t key
+    int16_t version
+    int64_t requests
+    int64_t responses
+    double latency
+    int64_t buckets[BUCKETS + 1]
+
+
+cdef inline double _now() noexcept nogil:
+    # time.perf_counter's clock on Linux, so spilled entries' ``started`` compare.
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline int32_t _int32(const uint8_t* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef inline int16_t _int16(const uint8_t* p) noexcept nogil:
+    return <int16_t>((p[0] << 8) | p[1])
+
+
+cdef inline Py_ssize_t _uvarint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t size, int64_t* value) noexcept nogil:
+    """Read an unsigned varint at ``pos``; return the position after it, or -1."""
+    cdef int64_t result = 0
+    cdef int shift = 0
+    while pos < size and shift < 35:
+        result |= <int64_t>(p[pos] & 0x7F) << shift
+        pos += 1
+        if not p[pos - 1] & 0x80:
+            value[0] = result
+            return pos
+        shift += 7
+    return -1
+
+
+cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept nogil:
+    """acks of a whole Produce request (``p`` at its api key, ``size`` bytes), or 0 when it
+    cannot be read here (then the Python path reads it, and says why if it is bad).
+    v3-v9: later versions' answers are rewritten, so they never come here."""
+    cdef Py_ssize_t pos = 8  # key, version, correlation id
+    cdef int64_t count, tag, length
+    cdef int i
+    if version < 3 or version > 9:
+        return 0
+    if pos + 2 > size:  # client_id: a nullable int16 string in every header version
+        return 0
+    length = _int16(p + pos)
+    if length < -1:
+        return 0
+    pos += 2 + (length if length > 0 else 0)
+    if version >= 9:  # header v2: tagged fields; then a compact nullable transactional_id
+        pos = _uvarint(p, pos, size, &count)
+        for i in range(count if pos >= 0 else 0):
+            pos = _uvarint(p, pos, size, &tag)
+            if pos < 0:
+                return 0
+            pos = _uvarint(p, pos, size, &length)
+            if pos < 0:
+                return 0
+            pos += length
+        if pos < 0:
+            return 0
+        pos = _uvarint(p, pos, size, &length)
+        if pos < 0:
+            return 0
+        pos += length - 1 if length > 0 else 0
+    else:  # a nullable int16 string
+        if pos + 2 > size:
+            return 0
+        length = _int16(p + pos)
+        if length < -1:
+            return 0
+        pos += 2 + (length if length > 0 else 0)
+    if pos + 2 > size:
+        return 0
+    return _int16(p + pos)
+
+
+cdef class PlainTable:
+    """Per API key, the versions whose requests pass through untouched and whose
+    responses are not rewritten: what the lane may take. One per negotiation, shared by
+    its connections (see Gateway.negotiated)."""
+
+    cdef int16_t low[KEYS]
+    cdef int16_t high[KEYS]
+
+    def __init__(self, passthrough, first_rewritten):
+        """``passthrough``: api key → (min, max) forwarded untouched; ``first_rewritten``:
+        api key → the first version whose response the gateway rewrites."""
+        cdef int key
+        for key in range(KEYS):
+            self.low[key], self.high[key] = 1, 0
+        for key, (low, high) in passthrough.items():
+            if 0 <= key < KEYS and key != SASL_HANDSHAKE:
+                self.low[key] = low
+                self.high[key] = min(high, first_rewritten.get(key, 1 << 15) - 1)
+
+    def plain(self, int key, int version):
+        return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
+
+    cdef inline bint _plain(self, int key, int version) noexcept:
+        return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
+
+
+cdef class Lane:
+    """Base of ``ClientConnection``: its reads, the lane's ring, and what both paths share
+    (the transports, counters and flags the Python path keeps up to date)."""
+
+    cdef public object client, upstream, inflight, requests, responses, limits
+    cdef public PlainTable lane_table
+    # Bytes of requests from, and responses to, the client; requests the lane took.
+    cdef public int64_t bytes_in, bytes_out, lane_frames
+    # Bytes counted against queued_max_request_bytes (see ConnectionLimits.charge).
+    cdef public int64_t charged
+    cdef public int max_frame_bytes
+    cdef public bint budget_on, draining
+    # Whether the lane may take the next read of each side (set by the Python path,
+    # ``ClientConnection._lane_state``; the lane's own reads never invalidate them).
+    cdef public bint lane_requests, lane_responses
+    cdef Entry* _ring
+    cdef int _first, _count, _capacity
+    cdef Count* _counts
+    cdef int _slots
+
+    def __dealloc__(self):
+        free(self._ring)
+        free(self._counts)
+
+    # -- the transport's calls -----------------------------------------------------------
+    def get_buffer(self, Py_ssize_t sizehint):
+        return RECV
+
+    def buffer_updated(self, Py_ssize_t nbytes):
+        if nbytes == READ_BYTES:
+            self.read_filled_client()
+        data = PyBytes_FromStringAndSize(_recv, nbytes)
+        cdef Py_ssize_t taken = 0
+        if self.lane_requests:
+            taken = self._take_requests(<const uint8_t*>PyBytes_AS_STRING(data), nbytes)
+        if taken == nbytes:
+            self.upstream.write(data)
+            self.bytes_in += nbytes
+            if self.budget_on:
+                self._recharge()
+            return
+        if taken:
+            self.upstream.write(PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), taken))
+            self.bytes_in += taken
+            data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + taken, nbytes - taken)
+        self.data_received(data)
+
+    cdef upstream_read(self, Py_ssize_t nbytes):
+        data = PyBytes_FromStringAndSize(_recv, nbytes)
+        cdef Py_ssize_t taken = 0
+        client = self.client
+        if self.lane_responses and self._count and client is not None:
+            taken = self._take_responses(<const uint8_t*>PyBytes_AS_STRING(data), nbytes)
+            if not self._count:
+                self._release()
+        if taken == nbytes:
+            client.write(data)
+            self.bytes_out += nbytes
+            if self.draining and not self._count:
+                self.close()
+            elif self.budget_on:
+                self._recharge()
+            return
+        if taken:
+            client.write(PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), taken))
+            self.bytes_out += taken
+            data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + taken, nbytes - taken)
+        self.upstream_data(data)
+
+    # -- the lane's frames -----------------------------------------------------------------
+    cdef Py_ssize_t _take_requests(self, const uint8_t* buf, Py_ssize_t n):
+        """Record the plain whole requests at the start of ``buf``; return their bytes."""
+        cdef Py_ssize_t pos = 0, end
+        cdef int32_t size
+        cdef int key, version
+        cdef PlainTable table = self.lane_table
+        while n - pos >= 12:
+            size = _int32(buf + pos)
+            if size < 8 or size > self.max_frame_bytes:
+                break
+            end = pos + 4 + size
+            if end > n:
+                break
+            key = _int16(buf + pos + 4)
+            version = _int16(buf + pos + 6)
+            if not table._plain(key, version):
+                break
+            if key == PRODUCE and _produce_acks(buf + pos + 4, size, version) == 0:
+                break
+            if not self._push(key, version, _int32(buf + pos + 8), size + 4):
+                break
+            self._count_request(key, version)
+            pos = end
+        return pos
+
+    cdef Py_ssize_t _take_responses(self, const uint8_t* buf, Py_ssize_t n):
+        """Forward the whole responses at the start of ``buf`` that answer the ring's
+        requests in order; return their bytes."""
+        cdef Py_ssize_t pos = 0, end
+        cdef int32_t size
+        cdef Entry* entry
+        cdef double now = _now()
+        while self._count and n - pos >= 8:
+            size = _int32(buf + pos)
+            if size < 4 or size > self.max_frame_bytes:
+                break
+            end = pos + 4 + size
+            if end > n:
+                break
+            entry = &self._ring[self._first]
+            if _int32(buf + pos + 4) != entry.correlation_id:
+                break
+            self._count_response(entry.key, entry.version, now - entry.started)
+            self._first += 1
+            if self._first == self._capacity:
+                self._first = 0
+            self._count -= 1
+            pos = end
+        return pos
+
+    cdef bint _push(self, int key, int version, int32_t correlation_id, int32_t size) except -1:
+        cdef Entry* entry
+        if self._count == self._capacity and not self._grow():
+            return False
+        entry = &self._ring[(self._first + self._count) % self._capacity]
+        entry.key = key
+        entry.version = version
+        entry.correlation_id = correlation_id
+        entry.size = size
+        entry.started = _now()
+        self._count += 1
+        self.lane_frames += 1
+        return True
+
+    cdef bint _grow(self) except -1:
+        cdef int capacity = self._capacity * 2 if self._capacity else 8
+        if capacity > RING_MAX:
+            return False
+        ring = <Entry*>realloc(self._ring, capacity * sizeof(Entry))
+        if ring == NULL:
+            raise MemoryError()
+        # Unwrap: the entries that wrapped around go after the old end.
+        if self._first + self._count > self._capacity:
+            wrapped = self._first + self._count - self._capacity
+            memmove(ring + self._capacity, ring, wrapped * sizeof(Entry))
+        self._ring = ring
+        self._capacity = capacity
+        return True
+
+    cdef Count* _slot(self, int key, int version) except NULL:
+        cdef int i
+        cdef Count* counts = self._counts
+        for i in range(self._slots):
+            if counts[i].key == key and counts[i].version == version:
+                return &counts[i]
+        if self._slots == COUNT_SLOTS:
+            self.lane_fold(self.inflight.stats)
+        if self._counts == NULL:
+            self._counts = <Count*>realloc(NULL, COUNT_SLOTS * sizeof(Count))
+            if self._counts == NULL:
+                raise MemoryError()
+        slot = &self._counts[self._slots]
+        self._slots += 1
+        slot.key = key
+        slot.version = version
+        slot.requests = slot.responses = 0
+        slot.latency = 0.0
+        for i in range(BUCKETS + 1):
+            slot.buckets[i] = 0
+        return slot
+
+    cdef int _count_request(self, int key, int version) except -1:
+        self._slot(key, version).requests += 1
+        return 0
+
+    cdef int _count_response(self, int key, int version, double elapsed) except -1:
+        cdef Count* slot = self._slot(key, version)
+        cdef int i = 0
+        slot.responses += 1
+        slot.latency += elapsed
+        while i < BUCKETS and _bounds[i] < elapsed:  # bisect_left, as ApiStats
+            i += 1
+        slot.buckets[i] += 1
+        return 0
+
+    cdef int _recharge(self) except -1:
+        # ConnectionClientConnection.buffered(), for a read the lane took whole: the side
+        # it read holds no partial frame, and nothing is held for the handshake.
+        cdef int64_t now = 0
+        if self.client is not None:
+            now += self.client.get_write_buffer_size()
+        if self.upstream is not None:
+            now += self.upstream.get_write_buffer_size()
+        if not self.lane_requests:
+            now += self.requests.buffered
+        if not self.lane_responses:
+            now += self.responses.buffered
+        if now != self.charged:
+            self.limits.charge(self, self.charged, now)
+            self.charged = now
+        return 0
+
+    # -- what the Python path calls -------------------------------------------------------------
+    def lane_spill(self):
+        """Hand the ring's requests to the Python in-flight table, in order, before the
+        Python path reads or changes it."""
+        cdef Entry* entry
+        if not self._count:
+            return
+        add = self.inflight.add
+        while self._count:
+            entry = &self._ring[self._first]
+            request = add(entry.key, entry.version, entry.correlation_id)
+            request.started = entry.started
+            request.request_bytes = entry.size
+            self._first += 1
+            if self._first == self._capacity:
+                self._first = 0
+            self._count -= 1
+        self._release()
+
+    def lane_absorb(self, entries):
+        """Take back ``entries``, the whole Python table's requests (oldest first), which
+        the caller found plain; they go before the ring's. False (nothing taken) when the
+        ring cannot hold them."""
+        cdef int i
+        cdef Entry* slot
+        cdef int n = len(entries)
+        while self._count + n > self._capacity:
+            if not self._grow():
+                return False
+        for i in range(n):
+            self._first = (self._first - 1 + self._capacity) % self._capacity
+            self._count += 1
+            entry = entries[n - 1 - i]
+            slot = &self._ring[self._first]
+            slot.key = entry.api_key
+            slot.version = entry.api_version
+            slot.correlation_id = entry.correlation_id
+            slot.size = entry.request_bytes
+            slot.started = entry.started
+        return True
+
+    cdef void _release(self) noexcept:
+        # An empty ring gives its memory back: an idle connection holds none.
+        free(self._ring)
+        self._ring = NULL
+        self._first = self._count = self._capacity = 0
+
+    def lane_fold(self, stats):
+        """Add the lane's counts since the last fold to ``stats`` (an ApiStats)."""
+        cdef int i, b
+        cdef Count* slot
+        requests, responses, latency = stats.requests, stats.responses, stats.latency
+        for i in range(self._slots):
+            slot = &self._counts[i]
+            key = (slot.key, slot.version)
+            if slot.requests:
+                requests[key] = requests.get(key, 0) + slot.requests
+            if slot.responses:
+                responses[key] = responses.get(key, 0) + slot.responses
+                histogram = latency.get(slot.key)
+                if histogram is None:
+                    histogram = latency[slot.key] = [0.0] * (BUCKETS + 2)
+                histogram[0] += slot.latency
+                for b in range(BUCKETS + 1):
+                    if slot.buckets[b]:
+                        histogram[1 + b] += slot.buckets[b]
+        self._slots = 0
+        free(self._counts)
+        self._counts = NULL
+
+    @property
+    def lane_in_flight(self):
+        """Requests in the ring (awaiting their responses)."""
+        return self._count
+
+
+cdef class UpstreamLane:
+    """Base of ``UpstreamConnection``: hands each read to its pair's lane."""
+
+    cdef public object pair
+    cdef Lane _lane
+
+    def __init__(self, pair):
+        self.pair = pair
+        self._lane = pair if isinstance(pair, Lane) else None
+
+    def get_buffer(self, Py_ssize_t sizehint):
+        return RECV
+
+    def buffer_updated(self, Py_ssize_t nbytes):
+        if nbytes == READ_BYTES:
+            self.pair.read_filled_upstream()
+        if self._lane is not None:
+            self._lane.upstream_read(nbytes)
+        else:
+            self.pair.upstream_data(PyBytes_FromStringAndSize(_recv, nbytes))

@@ -1,0 +1,317 @@
+"""The compiled lane (gateway/server/_lane.pyx) does what the Python path does.
+
+Every read a socket gives a connection goes through ``buffer_updated``; the lane takes
+the plain requests and responses of a read and hands the rest to the Python path
+(``data_received``, ``upstream_data``). A second connection fed the same bytes through
+the Python path alone is the reference: both must send the same bytes each way and
+count the same requests, responses and bytes, for any mix of requests (forwarded,
+answered here, rewritten, acks=0) cut into reads anywhere and answered at any time.
+The transports are stand-ins that keep what is written (what a socket carries is the
+point here, and the cuts must be chosen); the connection, readers, interceptors and
+lane are the real ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from gateway.interceptors import dispatch
+from gateway.protocol import InFlightRequest
+from gateway.protocol._stats import LATENCY_BUCKETS
+from gateway.server import proxy
+from gateway.server.proxy import ClientConnection, UpstreamConnection
+
+from ._connection import RecordingTransport, connected
+from ._kafka import Req, frame, produce, request
+from .test_streams import api_versions, metadata, metadata_response, produce_response
+
+DESCRIBE_GROUPS, LIST_OFFSETS = 15, 2
+compiled_only = pytest.mark.skipif(not proxy._lane.COMPILED, reason="the lane is not compiled")
+
+
+class BytesTransport(RecordingTransport):
+    """Keeps the bytes written, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = bytearray()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        super().write(data)
+        self.data += data
+
+
+def test_the_lane_is_compiled() -> None:
+    """CI builds it (setup.py; the extension is optional only so that an install without
+    a C compiler still works): a silent fallback would leave it untested."""
+    if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
+        pytest.skip("the pure-Python path was asked for")
+    assert proxy._lane.COMPILED
+    assert proxy._lane.LATENCY_BUCKETS == LATENCY_BUCKETS
+
+
+@compiled_only
+def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -> None:
+    conn, _, _ = connected(RecordingTransport)
+    table = conn.lane_table
+    assert table is not None
+    for key in range(-1, 140):
+        for version in range(-1, 20):
+            entry = InFlightRequest(key, version, 1)
+            expected = (
+                key < 128
+                and key != 17  # SaslHandshake: raw tokens may follow
+                and not conn._intercept_request(key, version)
+                and not dispatch.intercepts_response(entry)
+            )
+            assert table.plain(key, version) == expected, (key, version)
+
+
+# -- the streams ---------------------------------------------------------------------------
+
+
+def _describe_groups(correlation_id: int) -> Req:
+    body = struct.pack(">ih", 1, 6) + b"group1"
+    return request(DESCRIBE_GROUPS, 0, correlation_id, body, header_version=1)
+
+
+def _list_offsets(correlation_id: int) -> Req:
+    body = struct.pack(">ii", -1, 0)  # replica id, no topics
+    return request(LIST_OFFSETS, 1, correlation_id, body, header_version=1)
+
+
+KINDS: list[Callable[[int], Req]] = [
+    _describe_groups,
+    _describe_groups,
+    _list_offsets,
+    lambda c: produce(3, c, acks=1, transactional_id=None),
+    lambda c: produce(8, c, acks=-1, transactional_id="txn", client_id=None),
+    lambda c: produce(5, c, acks=0, transactional_id=None),
+    lambda c: produce(9, c, acks=1, transactional_id="txn-9", tagged={3: b"x" * 20}),
+    lambda c: produce(9, c, acks=0, transactional_id=None),
+    lambda c: produce(11, c, acks=1, transactional_id=None),
+    lambda c: metadata(1, c),
+    lambda c: api_versions(3, c),
+]
+
+
+def _bad_produce(correlation_id: int) -> Req:
+    """A Produce v5 whose transactional_id length is -5: the Python path closes."""
+    good = produce(5, correlation_id, acks=1, transactional_id=None)
+    at = 4 + 8 + 2 + len(b"producer-1")  # size, header, client_id
+    return dataclasses.replace(good, frame=good.frame[:at] + b"\xff\xfb" + good.frame[at + 2 :])
+
+
+# Now and then a request the Python path rejects (and closes the connection over).
+RARE: list[Callable[[int], Req]] = [_bad_produce]
+
+
+def _answer(req: Req) -> bytes:
+    """What a broker answers to ``req``."""
+    if req.key == 3:
+        return metadata_response(req.version, req.correlation_id).frame
+    if req.key == 0:
+        return produce_response(req.version, req.correlation_id).frame
+    return frame(
+        struct.pack(">i", req.correlation_id) + b"\x00\x00" + bytes(req.correlation_id % 7)
+    )
+
+
+def _frames(data: bytes) -> tuple[list[int], int]:
+    """Correlation ids of the whole request frames in ``data``, and where they end."""
+    ids, pos = [], 0
+    while len(data) - pos >= 12:
+        (size,) = struct.unpack_from(">i", data, pos)
+        if pos + 4 + size > len(data):
+            break
+        ids.append(struct.unpack_from(">i", data, pos + 8)[0])
+        pos += 4 + size
+    return ids, pos
+
+
+def _cuts(data: bytes, rng: random.Random, whole: bool) -> list[bytes]:
+    """``data`` in pieces: at frame boundaries only (``whole``), or anywhere."""
+    if not data:
+        return []
+    if whole:
+        points, pos = [0], 0
+        while pos < len(data):
+            pos += 4 + struct.unpack_from(">i", data, pos)[0]
+            if rng.random() < 0.4 or pos == len(data):
+                points.append(pos)
+    else:
+        inner = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 4))))
+        points = [0, *inner, len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
+
+
+class Side:
+    """One connection and the broker behind it: requests in, answers out."""
+
+    def __init__(self, lane: bool) -> None:
+        self.conn, self.client, self.upstream = connected(BytesTransport)
+        self.lane = lane
+        self.upstream_side = UpstreamConnection(self.conn)
+        self.answered_upto = 0  # bytes of the upstream's stream already answered
+
+    def client_read(self, data: bytes) -> None:
+        if self.lane:
+            proxy._RECV[: len(data)] = data
+            self.conn.buffer_updated(len(data))
+        else:
+            self.conn.data_received(data)
+
+    def upstream_read(self, data: bytes) -> None:
+        if self.lane:
+            proxy._RECV[: len(data)] = data
+            self.upstream_side.buffer_updated(len(data))
+        else:
+            self.conn.upstream_data(data)
+
+    def answers(self, sent: dict[int, Req], rng: random.Random | None = None) -> bytes:
+        """The broker's answers to the requests it got since the last call. Kafka
+        answers no acks=0 produce; with ``rng``, this broker answers them (as Tansu
+        does) and now and then sends an answer to no request (a broker bug)."""
+        stream = bytes(self.upstream.data)
+        ids, end = _frames(stream[self.answered_upto :])
+        self.answered_upto += end
+        out = b""
+        for i in ids:
+            if sent[i].expects_response or rng is not None:
+                out += _answer(sent[i])
+            if rng is not None and rng.random() < 0.05:
+                out += frame(struct.pack(">i", 77_777) + b"stray")
+        return out
+
+
+def _run(seed: int) -> tuple[Side, Side]:
+    rng = random.Random(seed)
+    count = rng.randint(1, 40)
+    reqs = [rng.choice(RARE if rng.random() < 0.01 else KINDS)(i + 1) for i in range(count)]
+    sent = {r.correlation_id: r for r in reqs}
+    whole = rng.random() < 0.6  # clients mostly write whole requests
+    pieces = _cuts(b"".join(r.frame for r in reqs), rng, whole)
+    sides = Side(lane=True), Side(lane=False)
+    odd_broker = rng.random() < 0.3
+    pending = b""
+    for piece in pieces:
+        for side in sides:
+            side.client_read(piece)
+        answers = [
+            side.answers(sent, random.Random(seed) if odd_broker else None) for side in sides
+        ]
+        assert answers[0] == answers[1]
+        pending += answers[0]
+        if pending and rng.random() < 0.6:
+            for part in _cuts(pending, rng, whole=rng.random() < 0.6):
+                for side in sides:
+                    side.upstream_read(part)
+            pending = b""
+    answers = [side.answers(sent, random.Random(seed) if odd_broker else None) for side in sides]
+    assert answers[0] == answers[1]
+    pending += answers[0]
+    for part in _cuts(pending, rng, whole=rng.random() < 0.6):
+        for side in sides:
+            side.upstream_read(part)
+    return sides
+
+
+def _counts(conn: ClientConnection) -> tuple[object, ...]:
+    conn.fold_stats()  # the lane's counts into the ApiStats, then into the metrics
+    traffic = conn.gateway.metrics.traffic
+    conn.sync_info()
+    info = conn.info
+    return (
+        dict(traffic.requests),
+        dict(traffic.responses),
+        {key: sum(histogram[1:]) for key, histogram in traffic.latency.items()},
+        conn.in_flight(),
+        conn.bytes_in,
+        conn.bytes_out,
+        conn.requests.frames + conn.lane_frames,
+        info and (info.requests, info.bytes_in, info.bytes_out),
+    )
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_lane_and_the_python_path_send_and_count_the_same(seed: int) -> None:
+    lane, python = _run(seed)
+    assert bytes(lane.upstream.data) == bytes(python.upstream.data)
+    assert bytes(lane.client.data) == bytes(python.client.data)
+    assert _counts(lane.conn) == _counts(python.conn)
+    assert lane.conn.in_flight() == 0
+    assert lane.conn.closed == python.conn.closed
+
+
+@compiled_only
+def test_plain_requests_in_whole_reads_never_leave_the_lane() -> None:
+    """DescribeGroups, pipelined eight a read, answered eight a read: the Python path
+    sees none of them, and an idle connection keeps no ring."""
+    side = Side(lane=True)
+    reqs = [_describe_groups(i) for i in range(1, 65)]
+    sent = {r.correlation_id: r for r in reqs}
+    for start in range(0, 64, 8):
+        side.client_read(b"".join(r.frame for r in reqs[start : start + 8]))
+        side.upstream_read(side.answers(sent))
+    conn = side.conn
+    assert conn.lane_frames == 64 and conn.requests.frames == 0
+    assert conn.lane_in_flight == 0 and len(conn.inflight) == 0
+    assert conn.inflight.stats.requests == {}  # nothing went the Python way
+    conn.lane_fold(conn.inflight.stats)
+    assert conn.inflight.stats.requests == {(DESCRIBE_GROUPS, 0): 64}
+    assert conn.inflight.stats.responses == {(DESCRIBE_GROUPS, 0): 64}
+    assert side.client.data == b"".join(_answer(r) for r in reqs)
+
+
+@compiled_only
+def test_the_lane_takes_back_requests_once_the_python_path_is_done() -> None:
+    """A Metadata request (its answer rewritten) sends the lane's requests to the Python
+    table; once only plain ones are left there, the lane takes them back."""
+    side = Side(lane=True)
+    conn = side.conn
+    reqs = [_describe_groups(1), metadata(1, 2), _describe_groups(3), _describe_groups(4)]
+    sent = {r.correlation_id: r for r in reqs}
+    side.client_read(reqs[0].frame)
+    assert conn.lane_in_flight == 1
+    side.client_read(b"".join(r.frame for r in reqs[1:]))  # the Metadata: Python path
+    assert conn.lane_in_flight == 0 and len(conn.inflight) == 4
+    answers = side.answers(sent)
+    first_two = 4 + struct.unpack_from(">i", answers, 0)[0]
+    first_two += 4 + struct.unpack_from(">i", answers, first_two)[0]
+    side.upstream_read(answers[:first_two])  # DescribeGroups and Metadata answered
+    assert len(conn.inflight) == 0 and conn.lane_in_flight == 2 and conn.lane_responses
+    side.upstream_read(answers[first_two:])
+    assert conn.in_flight() == 0
+
+
+@compiled_only
+def test_the_python_path_alone_passes_the_connection_tests() -> None:
+    """KAFKA_GATEWAY_PURE_PYTHON=1 (and an install without a C compiler) runs every read
+    through the Python path: the connection-level tests pass there too."""
+    env = {**os.environ, "KAFKA_GATEWAY_PURE_PYTHON": "1"}
+    tests = [
+        "tests/unit/test_lane.py",
+        "tests/unit/test_client_writes.py",
+        "tests/unit/test_read_slices.py",
+        "-k",
+        "not python_path_alone",
+    ]
+    check = "import gateway.server.proxy as p, sys; sys.exit(p._lane.COMPILED)"
+    assert subprocess.run([sys.executable, "-c", check], env=env).returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
