@@ -771,9 +771,22 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def gateway_reads() -> str:
+    """Whether the gateways started here read through the compiled lane (built in this
+    tree: setup.py) or the Python path alone (not built, or KAFKA_GATEWAY_PURE_PYTHON)."""
+    if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
+        return "the Python path (KAFKA_GATEWAY_PURE_PYTHON)"
+    try:
+        importlib.import_module("gateway.server._lane")
+    except ImportError:
+        return "the Python path (the lane is not built: pip install -e . or setup.py build_ext -i)"
+    return "the compiled lane"
+
+
 def print_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     request = args.request if args.upstream == "responder" else "listoffsets"
     print(f"\n=== upstream {args.upstream}, {request}, depth {args.depth}, N = {args.workers} ===")
+    print(f"gateway reads: {gateway_reads()}")
     print(
         f"{'conns':>5} {'path':<12} {'req/s':>10} {'MB/s':>7} {'proxy µs/req':>13} "
         f"{'proxy cores':>11} {'upstream':>9} {'client':>7} {'other':>6}"
