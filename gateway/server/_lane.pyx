@@ -108,6 +108,17 @@ cdef inline Py_ssize_t _uvarint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t siz
     return -1
 
 
+cdef inline Py_ssize_t _frame_end(
+    const uint8_t* buf, Py_ssize_t pos, Py_ssize_t n, int32_t minimum, int32_t maximum
+) noexcept nogil:
+    """Where the frame at ``pos`` ends, if its size is within bounds and it is all in
+    ``buf[:n]``; else -1 (the Python path then takes it, and says why if it is bad)."""
+    cdef int32_t size = _int32(buf + pos)
+    if size < minimum or size > maximum or pos + 4 + size > n:
+        return -1
+    return pos + 4 + size
+
+
 cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept nogil:
     """acks of a whole Produce request (``p`` at its api key, ``size`` bytes), or 0 when it
     cannot be read here (then the Python path reads it, and says why if it is bad).
@@ -250,23 +261,20 @@ cdef class Lane:
     cdef Py_ssize_t _take_requests(self, const uint8_t* buf, Py_ssize_t n):
         """Record the plain whole requests at the start of ``buf``; return their bytes."""
         cdef Py_ssize_t pos = 0, end
-        cdef int32_t size
         cdef int key, version
         cdef PlainTable table = self.lane_table
+        cdef double now = _now()  # one clock a read: its requests arrived together
         while n - pos >= 12:
-            size = _int32(buf + pos)
-            if size < 8 or size > self.max_frame_bytes:
-                break
-            end = pos + 4 + size
-            if end > n:
+            end = _frame_end(buf, pos, n, 8, self.max_frame_bytes)
+            if end < 0:
                 break
             key = _int16(buf + pos + 4)
             version = _int16(buf + pos + 6)
             if not table._plain(key, version):
                 break
-            if key == PRODUCE and _produce_acks(buf + pos + 4, size, version) == 0:
+            if key == PRODUCE and _produce_acks(buf + pos + 4, end - pos - 4, version) == 0:
                 break
-            if not self._push(key, version, _int32(buf + pos + 8), size + 4):
+            if not self._push(key, version, _int32(buf + pos + 8), end - pos, now):
                 break
             self._count_request(key, version)
             pos = end
@@ -276,28 +284,30 @@ cdef class Lane:
         """Forward the whole responses at the start of ``buf`` that answer the ring's
         requests in order; return their bytes."""
         cdef Py_ssize_t pos = 0, end
-        cdef int32_t size
         cdef Entry* entry
         cdef double now = _now()
         while self._count and n - pos >= 8:
-            size = _int32(buf + pos)
-            if size < 4 or size > self.max_frame_bytes:
-                break
-            end = pos + 4 + size
-            if end > n:
+            end = _frame_end(buf, pos, n, 4, self.max_frame_bytes)
+            if end < 0:
                 break
             entry = &self._ring[self._first]
             if _int32(buf + pos + 4) != entry.correlation_id:
                 break
             self._count_response(entry.key, entry.version, now - entry.started)
-            self._first += 1
-            if self._first == self._capacity:
-                self._first = 0
-            self._count -= 1
+            self._pop()
             pos = end
         return pos
 
-    cdef bint _push(self, int key, int version, int32_t correlation_id, int32_t size) except -1:
+    cdef inline void _pop(self) noexcept:
+        """Drop the ring's oldest request."""
+        self._first += 1
+        if self._first == self._capacity:
+            self._first = 0
+        self._count -= 1
+
+    cdef bint _push(
+        self, int key, int version, int32_t correlation_id, int32_t size, double started
+    ) except -1:
         cdef Entry* entry
         if self._count == self._capacity and not self._grow():
             return False
@@ -306,7 +316,7 @@ cdef class Lane:
         entry.version = version
         entry.correlation_id = correlation_id
         entry.size = size
-        entry.started = _now()
+        entry.started = started
         self._count += 1
         self.lane_frames += 1
         return True
@@ -367,7 +377,7 @@ cdef class Lane:
         return 0
 
     cdef int _recharge(self) except -1:
-        # ConnectionClientConnection.buffered(), for a read the lane took whole: the side
+        # ClientConnection.buffered(), for a read the lane took whole: the side
         # it read holds no partial frame, and nothing is held for the handshake.
         cdef int64_t now = 0
         if self.client is not None:
@@ -396,10 +406,7 @@ cdef class Lane:
             request = add(entry.key, entry.version, entry.correlation_id)
             request.started = entry.started
             request.request_bytes = entry.size
-            self._first += 1
-            if self._first == self._capacity:
-                self._first = 0
-            self._count -= 1
+            self._pop()
         self._release()
 
     def lane_absorb(self, entries):
