@@ -77,6 +77,10 @@ REWRITTEN_RESPONSES: dict[int, int] = {
     SHARE_ACKNOWLEDGE: 0,
 }
 
+# The keys whose only rewritten part is the body's top-level tagged section (see the
+# module docstring): a response of theirs whose section is empty passes untouched.
+TAIL_REWRITTEN = (PRODUCE, FETCH)
+
 _NODE_ID_FIELDS = ("node_id", "broker_id")
 # KIP-951: the top-level tag of NodeEndpoints in Produce (v10+) and Fetch (v16+) responses.
 NODE_ENDPOINTS_TAG = 0
@@ -104,7 +108,7 @@ def rewrite_response(
     When nothing needs to change, ``body`` itself is returned (not a copy), so a caller
     can forward the frame it already holds.
     """
-    if api_key in (PRODUCE, FETCH):
+    if api_key in TAIL_REWRITTEN:
         # Their broker addresses are only in the tagged section: walking to it (records
         # are skipped, not copied) is much cheaper than decoding every batch.
         # rewrite_tail checks that what follows is exactly one tagged section.

@@ -24,7 +24,7 @@ version in ``addresses.REWRITTEN_RESPONSES`` and, for more than addresses, an en
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -47,6 +47,7 @@ from ..protocol import (
     api_spec,
     frame,
     response_body_offset,
+    tail_program,
 )
 from ..protocol._apis import api_name
 from ..versions import ApiVersionsError, VersionRange, parse_api_versions_response
@@ -216,6 +217,23 @@ def ask_upstream_versions(
 # api key → the first version whose response is rewritten: intercepts_response's rule,
 # which the compiled lane's table of plain requests follows (gateway/server/_lane.pyx).
 REWRITTEN_FROM = addresses.REWRITTEN_RESPONSES
+
+
+def lane_walks(passthrough: Mapping[int, VersionRange]) -> dict[tuple[int, int], tuple[int, ...]]:
+    """(api key, version) → ``tail_program`` for each forwarded version whose response is
+    rewritten only when its top-level tagged section holds something (Produce v10+,
+    Fetch v16+: KIP-951's NodeEndpoints, sent only when a leader moved). The compiled
+    lane walks those responses and forwards the ones whose section is empty itself, as
+    ``addresses.rewrite_response`` would (unchanged); the rest go to ``rewrite_frame``."""
+    walks: dict[tuple[int, int], tuple[int, ...]] = {}
+    for api_key in addresses.TAIL_REWRITTEN:
+        forwarded = passthrough.get(api_key)
+        if forwarded is None:
+            continue
+        low, high = forwarded
+        for version in range(max(low, REWRITTEN_FROM[api_key]), high + 1):
+            walks[api_key, version] = tail_program(api_key, version)
+    return walks
 
 
 def intercepts_response(

@@ -38,7 +38,7 @@ from ._headers import (
 from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
-from ._walk import HeadFinder, TailFinder
+from ._walk import HeadFinder, TailFinder, tail_program
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
 __all__ = [
@@ -79,5 +79,6 @@ __all__ = [
     "read_tagged_fields",
     "response_body_offset",
     "response_header",
+    "tail_program",
     "write_tagged_fields",
 ]

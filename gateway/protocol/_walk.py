@@ -282,6 +282,28 @@ def _program(cls: type, stop_before: str | None, with_tags: bool) -> Program:
     return flexible, with_tags, tuple(steps)
 
 
+def tail_program(api_key: int, version: int) -> tuple[int, ...]:
+    """``tags_offset``'s walk of a response body as flat integers, for the compiled lane
+    (gateway/server/_lane.pyx), which runs it in C on the responses it forwards.
+
+    A program is ``(flags, n, *steps)``: flags bit 0 flexible, bit 1 with a tagged section
+    at the end; then ``n`` integers of steps, each ``(kind, argument)`` and, for a struct
+    or an array of entities, the element's program right after. Kinds and arguments are
+    ``_program``'s.
+    """
+    return _flat(_program(_response_schema(api_key, version), None, False))
+
+
+def _flat(program: Program) -> tuple[int, ...]:
+    flexible, with_tags, steps = program
+    out: list[int] = []
+    for kind, arg, element in steps:
+        out += (kind, arg)
+        if element is not None:
+            out += _flat(element)
+    return (int(flexible) | int(with_tags) << 1, len(out), *out)
+
+
 def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> int:
     """Walk ``program`` over ``body`` from ``pos``; return where it ends.
 

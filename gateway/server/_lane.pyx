@@ -10,11 +10,20 @@ path, which stays the definition of what the gateway does:
 
 * a read of the client's that starts at a frame boundary is taken here up to the first
   frame that is not a *plain* request: one whose key and version pass through untouched
-  and whose response is not rewritten (``PlainTable``), which is not a SaslHandshake, and,
-  for a Produce, has acks other than 0. What is left goes to ``data_received``;
+  and whose response is either not rewritten or *walked* (``PlainTable``), which is not a
+  SaslHandshake, and, for a Produce, has acks other than 0. What is left goes to
+  ``data_received``;
 * a read of the upstream's is taken here while every outstanding request is in the lane
   (the Python in-flight table is empty), up to the first response that does not answer
-  the lane's oldest request. What is left goes to ``upstream_data``.
+  the lane's oldest request, or, for a walked request, whose top-level tagged section is
+  not empty. What is left goes to ``upstream_data``.
+
+Walked responses are Produce v10+ and Fetch v16+: they are rewritten only when their
+top-level tagged section carries KIP-951's NodeEndpoints, which brokers send only when a
+leader moved. The lane walks them to that section with ``gateway.protocol.tail_program``
+(the Python walk's steps as integers, run in C by ``_walk``) and forwards the ones whose
+section is empty, as the Python path would (unchanged); any doubt (a section that holds
+something, bytes that do not walk) leaves the response to the Python path.
 
 The lane keeps its requests in a ring of C structs, in order, behind those of the Python
 in-flight table (``InFlight``): a request the lane took is always newer than every
@@ -30,7 +39,7 @@ Python path): what runs where this module was not compiled.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memmove
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -46,6 +55,15 @@ cdef char* _recv = _recv_array  # never resized: the pointer stays valid
 cdef enum:
     # The keys a PlainTable covers; requests of other keys take the Python path.
     KEYS = 128
+    # The versions a walk program may be kept for (Kafka's highest today is under 20).
+    WALK_VERSIONS = 64
+    # The kinds of a walk program's steps, as gateway.protocol._walk's (the tests compare).
+    W_SKIP = 0
+    W_BLOB = 1
+    W_STRUCT = 3
+    W_ARRAY_OF_ENTITIES = 4
+    W_ARRAY_OF_FIXED = 5
+    W_ARRAY_OF_BLOBS = 6
     PRODUCE = 0
     SASL_HANDSHAKE = 17
     # Latency buckets as gateway.protocol._stats.LATENCY_BUCKETS (the tests compare).
@@ -68,6 +86,7 @@ cdef struct Entry:
     int32_t correlation_id
     int32_t size
     double started
+    const int32_t* walk  # the response's walk program, for a walked request; else NULL
 
 
 cdef struct Count:
@@ -122,11 +141,11 @@ cdef inline Py_ssize_t _frame_end(
 cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept nogil:
     """acks of a whole Produce request (``p`` at its api key, ``size`` bytes), or 0 when it
     cannot be read here (then the Python path reads it, and says why if it is bad).
-    v3-v9: later versions' answers are rewritten, so they never come here."""
+    v3 on: v0-v2 have no transactional_id, and take the Python path."""
     cdef Py_ssize_t pos = 8  # key, version, correlation id
     cdef int64_t count, tag, length
     cdef int i
-    if version < 3 or version > 9:
+    if version < 3:
         return 0
     if pos + 2 > size:  # client_id: a nullable int16 string in every header version
         return 0
@@ -162,6 +181,155 @@ cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept 
     return _int16(p + pos)
 
 
+# -- walking a response to its top-level tagged section --------------------------------------
+
+# Per api key, per version, the walk program of its responses (see PlainTable). Programs
+# follow from Kafka's schemas, not from a negotiation: each is made once, kept for the
+# process (a few hundred bytes each, for a handful of versions), and entries point at them.
+cdef int32_t** _walks[KEYS]
+
+
+cdef const int32_t* _keep_walk(int key, int version, program) except? NULL:
+    cdef int32_t* kept
+    cdef Py_ssize_t i
+    if _walks[key] == NULL:
+        _walks[key] = <int32_t**>calloc(WALK_VERSIONS, sizeof(int32_t*))
+        if _walks[key] == NULL:
+            raise MemoryError()
+    if _walks[key][version] == NULL:
+        kept = <int32_t*>malloc(len(program) * sizeof(int32_t))
+        if kept == NULL:
+            raise MemoryError()
+        for i in range(len(program)):
+            kept[i] = program[i]
+        _walks[key][version] = kept
+    return _walks[key][version]
+
+
+cdef Py_ssize_t _length(
+    const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible, int width, int64_t* value
+) noexcept nogil:
+    """A length or count at ``pos`` (compact, or a classic int16/int32 of ``width``);
+    the position after it, or -1."""
+    if flexible:
+        pos = _uvarint(buf, pos, end, value)
+        value[0] -= 1
+        return pos
+    if pos + width > end:
+        return -1
+    value[0] = _int16(buf + pos) if width == 2 else _int32(buf + pos)
+    return pos + width
+
+
+cdef Py_ssize_t _skip_tags(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    """The position after the tagged section at ``pos``, or -1."""
+    cdef int64_t count, value
+    cdef int64_t i
+    pos = _uvarint(buf, pos, end, &count)
+    if pos < 0 or count > end - pos:
+        return -1
+    for i in range(count):
+        pos = _uvarint(buf, pos, end, &value)  # tag
+        if pos < 0:
+            return -1
+        pos = _uvarint(buf, pos, end, &value)  # size
+        if pos < 0 or value > end - pos:
+            return -1
+        pos += value
+    return pos
+
+
+cdef Py_ssize_t _walk(
+    const int32_t* program, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+) noexcept nogil:
+    """Where ``program`` (see ``gateway.protocol.tail_program``) ends over ``buf`` from
+    ``pos``; -1 when the bytes do not walk within ``buf[:end]``.
+
+    The Python walk's steps, with one difference that only ever sends a response to the
+    Python path: a count that cannot fit in what is left (each item takes a byte at
+    least) is refused here at once, so a claimed count costs nothing.
+    """
+    cdef bint flexible = program[0] & 1
+    cdef const int32_t* step = program + 2
+    cdef const int32_t* stop = step + program[1]
+    cdef const int32_t* element
+    cdef int kind, arg
+    cdef int64_t count, length, i
+    while step < stop:
+        kind, arg = step[0], step[1]
+        step += 2
+        if kind == W_SKIP:
+            pos += arg  # checked by the next read, or at the end
+            continue
+        if kind == W_BLOB:
+            pos = _length(buf, pos, end, flexible, arg, &count)
+            if pos < 0 or count < -1 or count > end - pos:
+                return -1
+            if count > 0:
+                pos += count
+            continue
+        element = step
+        if kind == W_STRUCT or kind == W_ARRAY_OF_ENTITIES:
+            step = element + 2 + element[1]
+        if kind == W_STRUCT:
+            if arg:  # nullable: a presence byte, int8 -1 for null (KIP-893)
+                if pos >= end:
+                    return -1
+                pos += 1
+                if buf[pos - 1] == 0xFF:
+                    continue
+            pos = _walk(element, buf, pos, end)
+            if pos < 0:
+                return -1
+            continue
+        pos = _length(buf, pos, end, flexible, 4, &count)
+        if pos < 0 or count < -1 or count > end - pos:
+            return -1
+        if kind == W_ARRAY_OF_FIXED:
+            if count > 0:
+                pos += count * arg
+            continue
+        for i in range(count):
+            if kind == W_ARRAY_OF_ENTITIES:
+                pos = _walk(element, buf, pos, end)
+            else:  # W_ARRAY_OF_BLOBS
+                pos = _length(buf, pos, end, flexible, arg, &length)
+                if pos >= 0 and (length < -1 or length > end - pos):
+                    return -1
+                if pos >= 0 and length > 0:
+                    pos += length
+            if pos < 0:
+                return -1
+    if program[0] & 2 and flexible:
+        if pos >= end:
+            return -1
+        pos = _skip_tags(buf, pos, end)
+    if pos > end:
+        return -1
+    return pos
+
+
+cdef bint _tail_empty(
+    const int32_t* program, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+) noexcept nogil:
+    """Whether the response from ``pos`` (just after its correlation id) to ``end`` is a
+    response header v1 and a body whose top-level tagged section, its last byte, is
+    empty: then nothing in it is rewritten."""
+    pos = _skip_tags(buf, pos, end)
+    if pos < 0:
+        return False
+    pos = _walk(program, buf, pos, end)
+    return pos == end - 1 and buf[pos] == 0
+
+
+def tail_offset(int key, int version, program, bytes body):
+    """Where the C walk of ``body``, a response body of ``key``/``version`` whose walk is
+    ``program`` (``tail_program``), ends, or -1; for the tests, which hold it to the
+    Python walk (``tags_offset``)."""
+    cdef const int32_t* kept = _keep_walk(key, version, program)
+    return _walk(kept, <const uint8_t*>PyBytes_AS_STRING(body), 0, len(body))
+
+
 cdef class PlainTable:
     """Per API key, the versions whose requests pass through untouched and whose
     responses are not rewritten: what the lane may take. One per negotiation, shared by
@@ -169,23 +337,49 @@ cdef class PlainTable:
 
     cdef int16_t low[KEYS]
     cdef int16_t high[KEYS]
+    # The versions whose responses are walked (see the module docstring).
+    cdef int16_t walk_low[KEYS]
+    cdef int16_t walk_high[KEYS]
 
-    def __init__(self, passthrough, first_rewritten):
+    def __init__(self, passthrough, first_rewritten, walks):
         """``passthrough``: api key → (min, max) forwarded untouched; ``first_rewritten``:
-        api key → the first version whose response the gateway rewrites."""
+        api key → the first version whose response the gateway rewrites; ``walks``:
+        (api key, version) → the walk program of the forwarded versions whose responses
+        are rewritten only when their top-level tagged section holds something
+        (``dispatch.lane_walks``)."""
         cdef int key
         for key in range(KEYS):
             self.low[key], self.high[key] = 1, 0
+            self.walk_low[key], self.walk_high[key] = 1, 0
         for key, (low, high) in passthrough.items():
             if 0 <= key < KEYS and key != SASL_HANDSHAKE:
                 self.low[key] = low
                 self.high[key] = min(high, first_rewritten.get(key, 1 << 15) - 1)
+        for (key, version), program in sorted(walks.items()):
+            if not (0 <= key < KEYS and key != SASL_HANDSHAKE and 0 <= version < WALK_VERSIONS):
+                continue
+            if self.walk_low[key] > self.walk_high[key]:
+                self.walk_low[key] = version
+            elif version != self.walk_high[key] + 1:
+                continue  # a gap: the lane keeps to the first run of versions
+            self.walk_high[key] = version
+            _keep_walk(key, version, program)
 
     def plain(self, int key, int version):
-        return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
+        """Whether the lane may take requests of this key and version."""
+        return self._plain(key, version) or self._walk_of(key, version) != NULL
+
+    def walked(self, int key, int version):
+        """Whether the lane walks their responses (see the module docstring)."""
+        return self._walk_of(key, version) != NULL
 
     cdef inline bint _plain(self, int key, int version) noexcept:
         return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
+
+    cdef inline const int32_t* _walk_of(self, int key, int version) noexcept:
+        if 0 <= key < KEYS and self.walk_low[key] <= version <= self.walk_high[key]:
+            return _walks[key][version]
+        return NULL
 
 
 cdef class Lane:
@@ -262,6 +456,7 @@ cdef class Lane:
         """Record the plain whole requests at the start of ``buf``; return their bytes."""
         cdef Py_ssize_t pos = 0, end
         cdef int key, version
+        cdef const int32_t* walk
         cdef PlainTable table = self.lane_table
         cdef double now = _now()  # one clock a read: its requests arrived together
         while n - pos >= 12:
@@ -270,11 +465,14 @@ cdef class Lane:
                 break
             key = _int16(buf + pos + 4)
             version = _int16(buf + pos + 6)
+            walk = NULL
             if not table._plain(key, version):
-                break
+                walk = table._walk_of(key, version)
+                if walk == NULL:
+                    break
             if key == PRODUCE and _produce_acks(buf + pos + 4, end - pos - 4, version) == 0:
                 break
-            if not self._push(key, version, _int32(buf + pos + 8), end - pos, now):
+            if not self._push(key, version, _int32(buf + pos + 8), end - pos, now, walk):
                 break
             self._count_request(key, version)
             pos = end
@@ -293,6 +491,8 @@ cdef class Lane:
             entry = &self._ring[self._first]
             if _int32(buf + pos + 4) != entry.correlation_id:
                 break
+            if entry.walk != NULL and not _tail_empty(entry.walk, buf, pos + 8, end):
+                break
             self._count_response(entry.key, entry.version, now - entry.started)
             self._pop()
             pos = end
@@ -306,7 +506,13 @@ cdef class Lane:
         self._count -= 1
 
     cdef bint _push(
-        self, int key, int version, int32_t correlation_id, int32_t size, double started
+        self,
+        int key,
+        int version,
+        int32_t correlation_id,
+        int32_t size,
+        double started,
+        const int32_t* walk,
     ) except -1:
         cdef Entry* entry
         if self._count == self._capacity and not self._grow():
@@ -317,6 +523,7 @@ cdef class Lane:
         entry.correlation_id = correlation_id
         entry.size = size
         entry.started = started
+        entry.walk = walk
         self._count += 1
         self.lane_frames += 1
         return True
@@ -415,6 +622,7 @@ cdef class Lane:
         ring cannot hold them."""
         cdef int i
         cdef Entry* slot
+        cdef PlainTable table = self.lane_table
         cdef int n = len(entries)
         while self._count + n > self._capacity:
             if not self._grow():
@@ -429,6 +637,7 @@ cdef class Lane:
             slot.correlation_id = entry.correlation_id
             slot.size = entry.request_bytes
             slot.started = entry.started
+            slot.walk = NULL if table is None else table._walk_of(entry.api_key, entry.api_version)
         return True
 
     cdef void _release(self) noexcept:

@@ -20,10 +20,13 @@ class PlainTable:
 
     __slots__ = ()
 
-    def __init__(self, passthrough: object, first_rewritten: object) -> None:
+    def __init__(self, passthrough: object, first_rewritten: object, walks: object) -> None:
         pass
 
     def plain(self, key: int, version: int) -> bool:
+        return False
+
+    def walked(self, key: int, version: int) -> bool:
         return False
 
 

@@ -339,7 +339,7 @@ class Gateway:
             passthrough.pop(api_key, None)
         if len(self._negotiated) >= NEGOTIATED_KEPT:
             self._negotiated.clear()
-        lane = PlainTable(passthrough, dispatch.REWRITTEN_FROM)
+        lane = PlainTable(passthrough, dispatch.REWRITTEN_FROM, dispatch.lane_walks(passthrough))
         found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
         return found
 

@@ -23,16 +23,35 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from kio.index import load_response_schema
 
-from gateway.interceptors import dispatch
-from gateway.protocol import InFlightRequest
+from gateway.interceptors import addresses, dispatch
+from gateway.protocol import Incomplete, InFlightRequest, Malformed, tail_program
 from gateway.protocol._stats import LATENCY_BUCKETS
+from gateway.protocol._walk import tags_offset
 from gateway.server import proxy
 from gateway.server.proxy import ClientConnection, UpstreamConnection
 
 from ._connection import RecordingTransport, connected
-from ._kafka import Req, frame, produce, request
+from ._kafka import (
+    Req,
+    build,
+    encode,
+    frame,
+    kio_response,
+    produce,
+    request,
+    schema_module,
+    top_level,
+)
+from ._kio_samples import sample
+from .test_addresses import ENDPOINTS, NODE_ENDPOINT_CASES
+from .test_addresses import fetch_response as fetch_response_with
+from .test_addresses import produce_response as produce_response_with
 from .test_streams import api_versions, metadata, metadata_response, produce_response
+from .test_tagged import encode as encode_sample
+from .test_tagged import flexible_responses
+from .test_walk import cuts
 
 DESCRIBE_GROUPS, LIST_OFFSETS = 15, 2
 compiled_only = pytest.mark.skipif(not proxy._lane.COMPILED, reason="the lane is not compiled")
@@ -61,19 +80,80 @@ def test_the_lane_is_compiled() -> None:
 
 @compiled_only
 def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -> None:
+    """...plus the versions whose responses are rewritten only in their top-level
+    tagged section (Produce v10+, Fetch v16+), which the lane walks."""
     conn, _, _ = connected(RecordingTransport)
     table = conn.lane_table
     assert table is not None
     for key in range(-1, 140):
         for version in range(-1, 20):
             entry = InFlightRequest(key, version, 1)
-            expected = (
+            forwarded = (
                 key < 128
                 and key != 17  # SaslHandshake: raw tokens may follow
                 and not conn._intercept_request(key, version)
-                and not dispatch.intercepts_response(entry)
             )
+            walked = (
+                forwarded
+                and key in addresses.TAIL_REWRITTEN
+                and version >= dispatch.REWRITTEN_FROM[key]
+            )
+            expected = walked or (forwarded and not dispatch.intercepts_response(entry))
+            assert table.walked(key, version) == walked, (key, version)
             assert table.plain(key, version) == expected, (key, version)
+    assert table.walked(0, 11) and table.walked(1, 16)  # what current clients send
+
+
+WALKED_CASES = [c for c in NODE_ENDPOINT_CASES if c[0].startswith(("produce-", "fetch-"))]
+
+
+@compiled_only
+@pytest.mark.parametrize("make", [c[1] for c in WALKED_CASES], ids=[c[0] for c in WALKED_CASES])
+def test_the_c_walk_ends_where_the_python_walk_does(make: Callable[[list[object]], object]) -> None:
+    """The lane's walk (C) runs the Python walk's program: on any bytes it either ends
+    where ``tags_offset`` does, or refuses (the response then takes the Python path). On
+    a broker's bytes it never refuses, or the lane would not take them."""
+    rng = random.Random(1)
+    refused = 0
+    for endpoints in ([], ENDPOINTS):
+        entity = make(endpoints)
+        key, version = entity.__api_key__, entity.__version__  # type: ignore[attr-defined]
+        program = tail_program(key, version)
+        body = encode(entity)
+        assert proxy._lane.tail_offset(key, version, program, body) == tags_offset(
+            key, version, body
+        )
+        for _ in range(400):
+            mutated = bytearray(body)
+            for _ in range(rng.randint(1, 3)):
+                mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+            if rng.random() < 0.3:
+                del mutated[rng.randrange(len(mutated)) :]
+            got = proxy._lane.tail_offset(key, version, program, bytes(mutated))
+            try:
+                expected: int | None = tags_offset(key, version, mutated)
+            except (Incomplete, Malformed):
+                expected = None
+            if got < 0:
+                refused += 1
+            else:
+                assert got == expected, bytes(mutated).hex()
+    assert refused  # the mutations reached the refusals
+
+
+@compiled_only
+@pytest.mark.parametrize(("key", "version"), flexible_responses())
+def test_the_c_walk_runs_every_kind_of_step_as_the_python_walk(key: int, version: int) -> None:
+    """Every flexible response Kafka has (nullable structs, arrays of fixed-width items
+    and of strings, which Produce and Fetch lack), cut at every length and with each byte
+    flipped: the C walk ends where ``tags_offset`` does, or refuses where it fails."""
+    program = tail_program(key, version)
+    body = encode_sample(sample(load_response_schema(key, version), fill_tags=True))
+    assert proxy._lane.tail_offset(key, version, program, body) == tags_offset(key, version, body)
+    for variant in cuts(body):
+        got = proxy._lane.tail_offset(key, version, program, variant)
+        if got >= 0:
+            assert got == tags_offset(key, version, variant), variant.hex()
 
 
 # -- the streams ---------------------------------------------------------------------------
@@ -89,6 +169,12 @@ def _list_offsets(correlation_id: int) -> Req:
     return request(LIST_OFFSETS, 1, correlation_id, body, header_version=1)
 
 
+def _fetch(version: int, correlation_id: int) -> Req:
+    cls = top_level(schema_module("fetch", version, "request"))
+    body = encode(build(cls, max_bytes=1 << 20, session_epoch=-1))
+    return request(1, version, correlation_id, body, header_version=2)
+
+
 KINDS: list[Callable[[int], Req]] = [
     _describe_groups,
     _describe_groups,
@@ -99,6 +185,12 @@ KINDS: list[Callable[[int], Req]] = [
     lambda c: produce(9, c, acks=1, transactional_id="txn-9", tagged={3: b"x" * 20}),
     lambda c: produce(9, c, acks=0, transactional_id=None),
     lambda c: produce(11, c, acks=1, transactional_id=None),
+    lambda c: produce(11, c, acks=1, transactional_id=None),
+    lambda c: produce(10, c, acks=-1, transactional_id="txn-10", tagged={2: b"t"}),
+    lambda c: produce(13, c, acks=-1, transactional_id=None),
+    lambda c: produce(11, c, acks=0, transactional_id=None),
+    lambda c: _fetch(16, c),
+    lambda c: _fetch(17, c),
     lambda c: metadata(1, c),
     lambda c: api_versions(3, c),
 ]
@@ -115,10 +207,31 @@ def _bad_produce(correlation_id: int) -> Req:
 RARE: list[Callable[[int], Req]] = [_bad_produce]
 
 
+def _walked_answer(req: Req) -> bytes:
+    """A broker's answer to a Produce v10+ or Fetch v16+: most with an empty top-level
+    tagged section (forwarded as they are); some with NodeEndpoints (rewritten); some
+    that do not walk (forwarded as they are, and counted as rewrite errors)."""
+    variant = req.correlation_id % 6
+    endpoints = ENDPOINTS if variant == 0 else []
+    if req.key == 0:
+        entity = produce_response_with(req.version, endpoints)
+    else:
+        entity = fetch_response_with("fetch", req.version, endpoints)
+    answer = kio_response(req.correlation_id, entity).frame
+    if variant == 1:  # a tagged section claiming a field, and nothing after
+        return answer[:-1] + b"\x01"
+    if variant == 2:  # the first array claims 63 items
+        at = 4 + 4 + 1 + (0 if req.key == 0 else 10)  # size, id, header tags; fetch's fields
+        return answer[:at] + b"\x40" + answer[at + 1 :]
+    return answer
+
+
 def _answer(req: Req) -> bytes:
     """What a broker answers to ``req``."""
     if req.key == 3:
         return metadata_response(req.version, req.correlation_id).frame
+    if req.key in addresses.TAIL_REWRITTEN and req.version >= dispatch.REWRITTEN_FROM[req.key]:
+        return _walked_answer(req)
     if req.key == 0:
         return produce_response(req.version, req.correlation_id).frame
     return frame(
@@ -227,10 +340,12 @@ def _run(seed: int) -> tuple[Side, Side]:
 
 def _counts(conn: ClientConnection) -> tuple[object, ...]:
     conn.fold_stats()  # the lane's counts into the ApiStats, then into the metrics
-    traffic = conn.gateway.metrics.traffic
+    metrics = conn.gateway.metrics
+    traffic = metrics.traffic
     conn.sync_info()
     info = conn.info
     return (
+        {name: metrics.rewrite_errors.labels(name)._value.get() for name in ("Produce", "Fetch")},
         dict(traffic.requests),
         dict(traffic.responses),
         {key: sum(histogram[1:]) for key, histogram in traffic.latency.items()},
