@@ -18,8 +18,8 @@ the compiled lane where it takes the read, else the Python path; set
 * Metadata, whose broker addresses the gateway rewrites (only its head is held back);
 * Produce v9 (acks=1), forwarded, and Produce v11, whose response the gateway walks to
   its top-level tagged section for KIP-951's NodeEndpoints: what every produce of a
-  current client costs (Produce v10+; Fetch v16+ responses under 64 KiB the same way),
-  one a read and 8 a read.
+  current client costs (Produce v10+), one a read and 8 a read;
+* Fetch v16 with 1 KiB of records, walked the same way: a consumer that keeps up.
 
 ``--profile`` prints where the time goes (cProfile, top functions by own time).
 """
@@ -124,6 +124,11 @@ def cases(partitions: int) -> dict[str, tuple[bytes, bytes, int]]:
                 for i in range(PIPELINED_PRODUCE)
             ),
             PIPELINED_PRODUCE,
+        ),
+        f"Fetch v16, {responder.FETCH_RECORD_BYTES} B records (tags walked)": (
+            responder.fetch_request(16),
+            responder.canned_response(responder.FETCH, 16),
+            1,
         ),
     }
 

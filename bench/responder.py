@@ -9,12 +9,14 @@ the correlation id changes.
 Answered: ApiVersions v0-3, Metadata v0-12 (``partitions`` partitions in one topic,
 three brokers all advertised at the responder's own address), DescribeGroups v0-5
 (one empty group), FindCoordinator v0-3 (broker 0), Produce v3-11 (one partition
-appended, no NodeEndpoints: what a broker answers when its leadership did not move).
+appended, no NodeEndpoints: what a broker answers when its leadership did not move),
+Fetch v4-17 (one partition with ``FETCH_RECORD_BYTES`` of records, no NodeEndpoints).
 Anything else closes the connection, as a broker does with a request it cannot parse.
 
 Function API: ``start(partitions=..., processes=...)`` returns a ``Responder`` (port,
 ``stop()``, a context manager); ``metadata_request(version)``,
-``describe_groups_request()`` and ``produce_request(version)`` build requests,
+``describe_groups_request()``, ``produce_request(version)`` and ``fetch_request(version)``
+build requests,
 ``canned_response(...)`` the answer;
 ``ceiling(port, ...)`` measures what one client gets straight from it. CLI:
 ``python bench/responder.py --help``.
@@ -35,6 +37,7 @@ import socket
 import struct
 import sys
 import time
+import uuid
 from functools import cache
 from typing import Any
 
@@ -42,7 +45,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 LOOPBACK = "127.0.0.1"
-API_VERSIONS, METADATA, DESCRIBE_GROUPS, FIND_COORDINATOR, PRODUCE = 18, 3, 15, 10, 0
+API_VERSIONS, METADATA, DESCRIBE_GROUPS, FIND_COORDINATOR, PRODUCE, FETCH = 18, 3, 15, 10, 0, 1
 # api key -> (min, max) this responder answers.
 SUPPORTED = {
     API_VERSIONS: (0, 3),
@@ -50,8 +53,12 @@ SUPPORTED = {
     DESCRIBE_GROUPS: (0, 5),
     FIND_COORDINATOR: (0, 3),
     PRODUCE: (3, 11),
+    FETCH: (4, 17),
 }
+# Record bytes in a Fetch answer: a consumer that keeps up gets small fetches.
+FETCH_RECORD_BYTES = 1024
 TOPIC = "bench-metadata"
+_TOPIC_ID = uuid.UUID(int=1)
 BROKERS = 3
 # kio names the field throttle_time in some APIs, throttle_time_ms in others.
 _NO_THROTTLE = {"throttle_time": datetime.timedelta(0), "throttle_time_ms": datetime.timedelta(0)}
@@ -105,6 +112,7 @@ _API_NAMES = {
     DESCRIBE_GROUPS: "describe_groups",
     FIND_COORDINATOR: "find_coordinator",
     PRODUCE: "produce",
+    FETCH: "fetch",
 }
 
 
@@ -225,6 +233,33 @@ def _produce_body(version: int) -> bytes:
     return _encode(_build(cls, **_NO_THROTTLE, responses=(topic,)))
 
 
+def _fetch_body(version: int) -> bytes:
+    cls = _schema("fetch", version, "response")
+    topic_cls = _nested(cls, "responses")
+    partition_cls = _nested(topic_cls, "partitions")
+    partition = _build(
+        partition_cls,
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=100,
+        last_stable_offset=100,
+        log_start_offset=0,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=bytes(FETCH_RECORD_BYTES),
+    )
+    # Fetch v13 names topics by id (KIP-516), older versions by name.
+    topic_key = "topic_id" if "topic_id" in topic_cls.__dataclass_fields__ else "topic"
+    topic = _build(
+        topic_cls,
+        **{topic_key: _TOPIC_ID if topic_key == "topic_id" else TOPIC},
+        partitions=(partition,),
+    )
+    return _encode(
+        _build(cls, **_NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=(topic,))
+    )
+
+
 class _Answers:
     """Pre-encoded responses per (api key, version): (bytes before the correlation id's
     end, bytes after it); built on first use (a 200k-partition Metadata takes seconds)."""
@@ -249,6 +284,8 @@ class _Answers:
             body = _describe_groups_body(version)
         elif key == PRODUCE:
             body = _produce_body(version)
+        elif key == FETCH:
+            body = _fetch_body(version)
         else:
             body = _find_coordinator_body(version, self.port)
         rest = (b"\x00" if _header_tagged(key, version) else b"") + body
@@ -415,6 +452,36 @@ def produce_request(version: int = 11, record_bytes: int = 100) -> bytes:
         )
     )
     return request(PRODUCE, version, body)
+
+
+@cache
+def fetch_request(version: int = 16) -> bytes:
+    """A consumer's fetch of one partition of ``TOPIC`` (by id from v13)."""
+    cls = _schema("fetch", version, "request")
+    topic_cls = _nested(cls, "topics")
+    partition_cls = _nested(topic_cls, "partitions")
+    partition = _build(partition_cls, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    topic_key = "topic_id" if "topic_id" in topic_cls.__dataclass_fields__ else "topic"
+    topic = _build(
+        topic_cls,
+        **{topic_key: _TOPIC_ID if topic_key == "topic_id" else TOPIC},
+        partitions=(partition,),
+    )
+    body = _encode(
+        _build(
+            cls,
+            max_wait=datetime.timedelta(milliseconds=500),
+            min_bytes=1,
+            max_bytes=50 << 20,
+            session_id=0,
+            session_epoch=-1,
+            topics=(topic,),
+            forgotten_topics_data=(),
+            rack_id="",
+            isolation_level=0,
+        )
+    )
+    return request(FETCH, version, body)
 
 
 @cache

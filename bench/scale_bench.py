@@ -384,6 +384,12 @@ class Upstream:
             elif args.request == "produce":
                 self.frame = responder.produce_request(11)
                 self.label = "Produce v11, acks=1 (the response's tagged section walked)"
+            elif args.request == "fetch":
+                self.frame = responder.fetch_request(16)
+                self.label = (
+                    f"Fetch v16, {responder.FETCH_RECORD_BYTES} record bytes"
+                    " (the response's tagged section walked)"
+                )
             else:
                 self.frame = responder.describe_groups_request(0)
                 self.label = "DescribeGroups v0 (forwarded untouched)"
@@ -827,11 +833,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--upstream", choices=("responder", "tansu"), default="responder")
     p.add_argument(
         "--request",
-        choices=("describegroups", "produce", "metadata"),
+        choices=("describegroups", "produce", "fetch", "metadata"),
         default="describegroups",
         help="responder only: DescribeGroups v0 (small, forwarded untouched), Produce v11"
-        " acks=1 (small; the gateway walks each response to its NodeEndpoints tag) or"
-        " Metadata v1 of --partitions partitions (large, its addresses rewritten)",
+        " acks=1 or Fetch v16 of 1 KiB of records (small; the gateway walks each response"
+        " to its NodeEndpoints tag) or Metadata v1 of --partitions partitions (large, its"
+        " addresses rewritten)",
     )
     p.add_argument("--partitions", type=int, default=1000, help="responder's Metadata size")
     p.add_argument("--paths", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
