@@ -21,6 +21,11 @@ from ._stats import ApiStats
 # happens to them anyway.
 ACKS0_KEPT = 1024
 
+# The table of a connection with nothing outstanding. An empty deque holds a block of 64
+# slots (760 bytes with the object): 7.6 MB over 10,000 idle connections, so a table is
+# made when a request comes and let go when the last one is answered (``finish``).
+_NOTHING: tuple[()] = ()
+
 
 class InFlight:
     """Outstanding requests of one connection, in the order they were sent.
@@ -53,7 +58,7 @@ class InFlight:
     )
 
     def __init__(self) -> None:
-        self._entries: deque[InFlightRequest] = deque()
+        self._entries: deque[InFlightRequest] | tuple[()] = _NOTHING
         self._local_pending = 0
         self._optional = 0  # acks=0 entries in _entries
         # Whether the upstream answers acks=0 produces; None until it has shown it.
@@ -73,14 +78,20 @@ class InFlight:
         self, api_key: int, api_version: int, correlation_id: int, to_upstream: bool = True
     ) -> InFlightRequest:
         entry = InFlightRequest(api_key, api_version, correlation_id, to_upstream)
-        self._entries.append(entry)
+        self._table().append(entry)
         return entry
+
+    def _table(self) -> deque[InFlightRequest]:
+        entries = self._entries
+        if entries is _NOTHING:
+            entries = self._entries = deque()
+        return entries  # type: ignore[return-value]
 
     def add_acks0(self, api_key: int, api_version: int, correlation_id: int) -> None:
         """An acks=0 produce went upstream: remember it while its answer may come."""
         if self.acks0_answered is False or self._optional >= ACKS0_KEPT:
             return
-        self._entries.append(InFlightRequest(api_key, api_version, correlation_id, True, False))
+        self._table().append(InFlightRequest(api_key, api_version, correlation_id, True, False))
         self._optional += 1
 
     def get(self, correlation_id: int) -> InFlightRequest | None:
@@ -162,10 +173,12 @@ class InFlight:
         responses that may follow it now."""
         entries = self._entries
         if entries and entries[0] is entry:
-            entries.popleft()
+            entries.popleft()  # type: ignore[union-attr]
+            if not entries:
+                self._entries = _NOTHING
         else:
-            with contextlib.suppress(ValueError):  # finished already
-                entries.remove(entry)
+            with contextlib.suppress(ValueError, AttributeError):  # finished already
+                entries.remove(entry)  # type: ignore[union-attr]
         self.stats.response(entry)
         if self.observer is not None:
             self.observer(entry)
@@ -218,7 +231,7 @@ class InFlight:
 
     def clear(self) -> None:
         """Forget every entry (the compiled lane took them over; see ``plain_entries``)."""
-        self._entries.clear()
+        self._entries = _NOTHING
         self._optional = 0
 
     @property

@@ -282,6 +282,7 @@ def _program(cls: type, stop_before: str | None, with_tags: bool) -> Program:
     return flexible, with_tags, tuple(steps)
 
 
+@cache
 def tail_program(api_key: int, version: int) -> tuple[int, ...]:
     """``tags_offset``'s walk of a response body as flat integers, for the compiled lane
     (gateway/server/_lane.pyx), which runs it in C on the responses it forwards.
