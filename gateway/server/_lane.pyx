@@ -192,6 +192,8 @@ cdef int32_t** _walks[KEYS]
 cdef const int32_t* _keep_walk(int key, int version, program) except? NULL:
     cdef int32_t* kept
     cdef Py_ssize_t i
+    if not (0 <= key < KEYS and 0 <= version < WALK_VERSIONS):
+        raise ValueError(f"no walk is kept for api key {key} v{version}")
     if _walks[key] == NULL:
         _walks[key] = <int32_t**>calloc(WALK_VERSIONS, sizeof(int32_t*))
         if _walks[key] == NULL:
@@ -332,8 +334,9 @@ def tail_offset(int key, int version, program, bytes body):
 
 cdef class PlainTable:
     """Per API key, the versions whose requests pass through untouched and whose
-    responses are not rewritten: what the lane may take. One per negotiation, shared by
-    its connections (see Gateway.negotiated)."""
+    responses are either not rewritten or walked (see the module docstring): what the
+    lane may take. One per negotiation, shared by its connections (see
+    Gateway.negotiated)."""
 
     cdef int16_t low[KEYS]
     cdef int16_t high[KEYS]
