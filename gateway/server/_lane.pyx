@@ -400,6 +400,9 @@ cdef class Lane:
     # Whether the lane may take the next read of each side (set by the Python path,
     # ``ClientConnection._lane_state``; the lane's own reads never invalidate them).
     cdef public bint lane_requests, lane_responses
+    # The request log's sampling (RequestLog.sampled), or None when there is no request
+    # log: a sampled answer the lane forwards is logged through ``lane_logged``.
+    cdef public object log_sampled
     cdef Entry* _ring
     cdef int _first, _count, _capacity
     cdef Count* _counts
@@ -486,6 +489,7 @@ cdef class Lane:
         requests in order; return their bytes."""
         cdef Py_ssize_t pos = 0, end
         cdef Entry* entry
+        cdef Entry logged
         cdef double now = _now()
         while self._count and n - pos >= 8:
             end = _frame_end(buf, pos, n, 4, self.max_frame_bytes)
@@ -497,7 +501,19 @@ cdef class Lane:
             if entry.walk != NULL and not _tail_empty(entry.walk, buf, pos + 8, end):
                 break
             self._count_response(entry.key, entry.version, now - entry.started)
-            self._pop()
+            if self.log_sampled is not None and self.log_sampled():
+                logged = entry[0]  # a copy: the ring may move while Python runs
+                self._pop()
+                self.lane_logged(
+                    logged.key,
+                    logged.version,
+                    logged.correlation_id,
+                    logged.started,
+                    logged.size,
+                    end - pos,
+                )
+            else:
+                self._pop()
             pos = end
         return pos
 

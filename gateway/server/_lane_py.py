@@ -47,6 +47,7 @@ class Lane:
         "lane_responses",
         "lane_table",
         "limits",
+        "log_sampled",
         "max_frame_bytes",
         "requests",
         "responses",

@@ -241,8 +241,10 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
         self._folded_out = 0
+        self.log_sampled = None
         if gateway.request_log is not None:
             self.inflight.observer = self._log_request
+            self.log_sampled = gateway.request_log.sampled
         # Connection limits (gateway/server/limits.py).
         self.peer_ip = "?"
         self.opened_at = 0.0
@@ -422,12 +424,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         table's back when they are all plain). The lane's own reads change neither."""
         inflight = self.inflight
         table = self.lane_table
-        if (
-            table is None
-            or self._closed
-            or inflight.sasl.state
-            or inflight.observer is not None  # the request log sees each request
-        ):
+        if table is None or self._closed or inflight.sasl.state:
             self.lane_requests = self.lane_responses = False
             return
         self.lane_requests = not self.draining and not self.requests.mid_frame
@@ -440,18 +437,53 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             inflight.clear()
 
     def _log_request(self, entry: InFlightRequest) -> None:
+        """The in-flight table's observer: each answered request of the Python path."""
         request_log = self.gateway.request_log
         if request_log is None or entry.context is not None or not request_log.sampled():
             return
-        request_log.emit(
+        self._emit_request(
+            entry.api_key,
+            entry.api_version,
+            entry.correlation_id,
+            entry.started,
+            entry.request_bytes,
+            entry.response_bytes,
+            "gateway" if entry.local is not None else "upstream",
+        )
+
+    def lane_logged(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        started: float,
+        request_bytes: int,
+        response_bytes: int,
+    ) -> None:
+        """An answer the lane forwarded, which the request log sampled (``log_sampled``)."""
+        self._emit_request(
+            api_key, api_version, correlation_id, started, request_bytes, response_bytes, "upstream"
+        )
+
+    def _emit_request(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        started: float,
+        request_bytes: int,
+        response_bytes: int,
+        outcome: str,
+    ) -> None:
+        self.gateway.request_log.emit(  # type: ignore[union-attr]
             "request.completed",
-            api=api_name(entry.api_key),
-            api_version=entry.api_version,
-            correlation_id=entry.correlation_id,
-            latency_ms=round((perf_counter() - entry.started) * 1000, 3),
-            request_bytes=entry.request_bytes,
-            response_bytes=entry.response_bytes,
-            outcome="gateway" if entry.local is not None else "upstream",
+            api=api_name(api_key),
+            api_version=api_version,
+            correlation_id=correlation_id,
+            latency_ms=round((perf_counter() - started) * 1000, 3),
+            request_bytes=request_bytes,
+            response_bytes=response_bytes,
+            outcome=outcome,
             listener=self.listener,
             **self.who(),
         )

@@ -49,10 +49,10 @@ class RecordingTransport:
 T = TypeVar("T", bound=RecordingTransport)
 
 
-def connected(transport: Callable[[], T]) -> tuple[ClientConnection, T, T]:
+def connected(transport: Callable[[], T], **settings: object) -> tuple[ClientConnection, T, T]:
     """(connection, its client transport, its upstream transport), the upstream's
-    versions negotiated (every version the gateway supports)."""
-    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
+    versions negotiated (every version the gateway supports); ``settings`` are config."""
+    cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0", **settings})
     conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
     client, upstream = transport(), transport()
     conn.client = client  # type: ignore[assignment]

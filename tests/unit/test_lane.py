@@ -271,9 +271,15 @@ def _cuts(data: bytes, rng: random.Random, whole: bool) -> list[bytes]:
 class Side:
     """One connection and the broker behind it: requests in, answers out."""
 
-    def __init__(self, lane: bool) -> None:
-        self.conn, self.client, self.upstream = connected(BytesTransport)
+    def __init__(self, lane: bool, log_requests: float = 0.0) -> None:
+        self.conn, self.client, self.upstream = connected(BytesTransport, log_requests=log_requests)
         self.lane = lane
+        # The request log's lines (every request's, when log_requests is 1).
+        self.logged: list[dict[str, object]] = []
+        if self.conn.gateway.request_log is not None:
+            self.conn.gateway.request_log._emit = lambda event, **fields: self.logged.append(
+                {"event": event, **fields}
+            )
         self.upstream_side = UpstreamConnection(self.conn)
         self.answered_upto = 0  # bytes of the upstream's stream already answered
 
@@ -314,7 +320,8 @@ def _run(seed: int) -> tuple[Side, Side]:
     sent = {r.correlation_id: r for r in reqs}
     whole = rng.random() < 0.6  # clients mostly write whole requests
     pieces = _cuts(b"".join(r.frame for r in reqs), rng, whole)
-    sides = Side(lane=True), Side(lane=False)
+    log_requests = 1.0 if rng.random() < 0.3 else 0.0
+    sides = Side(lane=True, log_requests=log_requests), Side(lane=False, log_requests=log_requests)
     odd_broker = rng.random() < 0.3
     pending = b""
     for piece in pieces:
@@ -366,19 +373,26 @@ def test_the_lane_and_the_python_path_send_and_count_the_same(seed: int) -> None
     assert _counts(lane.conn) == _counts(python.conn)
     assert lane.conn.in_flight() == 0
     assert lane.conn.closed == python.conn.closed
+    # The request log (on in some streams) has the same lines but for the latencies.
+    for line in (*lane.logged, *python.logged):
+        assert isinstance(line.pop("latency_ms"), float)
+    assert lane.logged == python.logged
 
 
 @compiled_only
-def test_plain_requests_in_whole_reads_never_leave_the_lane() -> None:
+@pytest.mark.parametrize("log_requests", [0.0, 0.5])
+def test_plain_requests_in_whole_reads_never_leave_the_lane(log_requests: float) -> None:
     """DescribeGroups, pipelined eight a read, answered eight a read: the Python path
-    sees none of them, and an idle connection keeps no ring."""
-    side = Side(lane=True)
+    sees none of them, and an idle connection keeps no ring. With the request log on,
+    the lane logs the answers it samples (the log lines themselves: see above)."""
+    side = Side(lane=True, log_requests=log_requests)
     reqs = [_describe_groups(i) for i in range(1, 65)]
     sent = {r.correlation_id: r for r in reqs}
     for start in range(0, 64, 8):
         side.client_read(b"".join(r.frame for r in reqs[start : start + 8]))
         side.upstream_read(side.answers(sent))
     conn = side.conn
+    assert (len(side.logged) > 0) == bool(log_requests) and len(side.logged) < 64
     assert conn.lane_frames == 64 and conn.requests.frames == 0
     assert conn.lane_in_flight == 0 and len(conn.inflight) == 0
     assert conn.inflight.stats.requests == {}  # nothing went the Python way
