@@ -401,7 +401,7 @@ cdef class Lane:
     # ``ClientConnection._lane_state``; the lane's own reads never invalidate them).
     cdef public bint lane_requests, lane_responses
     # The request log's sampling (RequestLog.sampled), or None when there is no request
-    # log: a sampled answer the lane forwards is logged through ``lane_logged``.
+    # log: a sampled answer the lane forwards is logged through ``log_answer``.
     cdef public object log_sampled
     cdef Entry* _ring
     cdef int _first, _count, _capacity
@@ -504,7 +504,7 @@ cdef class Lane:
             if self.log_sampled is not None and self.log_sampled():
                 logged = entry[0]  # a copy: the ring may move while Python runs
                 self._pop()
-                self.lane_logged(
+                self.log_answer(
                     logged.key,
                     logged.version,
                     logged.correlation_id,

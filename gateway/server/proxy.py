@@ -441,7 +441,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         request_log = self.gateway.request_log
         if request_log is None or entry.context is not None or not request_log.sampled():
             return
-        self._emit_request(
+        self.log_answer(
             entry.api_key,
             entry.api_version,
             entry.correlation_id,
@@ -451,7 +451,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             "gateway" if entry.local is not None else "upstream",
         )
 
-    def lane_logged(
+    def log_answer(
         self,
         api_key: int,
         api_version: int,
@@ -459,22 +459,10 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         started: float,
         request_bytes: int,
         response_bytes: int,
+        outcome: str = "upstream",
     ) -> None:
-        """An answer the lane forwarded, which the request log sampled (``log_sampled``)."""
-        self._emit_request(
-            api_key, api_version, correlation_id, started, request_bytes, response_bytes, "upstream"
-        )
-
-    def _emit_request(
-        self,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-        started: float,
-        request_bytes: int,
-        response_bytes: int,
-        outcome: str,
-    ) -> None:
+        """The request log's line for an answered request; the lane calls it for the
+        answers it forwards and the log samples (``log_sampled``)."""
         self.gateway.request_log.emit(  # type: ignore[union-attr]
             "request.completed",
             api=api_name(api_key),
