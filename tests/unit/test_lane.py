@@ -3,9 +3,12 @@
 Every read a socket gives a connection goes through ``buffer_updated``; the lane takes
 the plain requests and responses of a read and hands the rest to the Python path
 (``data_received``, ``upstream_data``). A second connection fed the same bytes through
-the Python path alone is the reference: both must send the same bytes each way and
-count the same requests, responses and bytes, for any mix of requests (forwarded,
-answered here, rewritten, acks=0) cut into reads anywhere and answered at any time.
+the Python path alone is the reference: both must send the same bytes each way, count
+the same requests, responses, bytes and rewrite errors, and log the same request-log
+lines, for any mix of requests (forwarded, answered here, rewritten, walked: Produce
+v10+ and Fetch v16+ whose answers may or may not hold NodeEndpoints or walk at all,
+acks=0) cut into reads anywhere and answered at any time. The C walk of those answers
+is held to the Python walk on its own, over every flexible response Kafka has.
 The transports are stand-ins that keep what is written (what a socket carries is the
 point here, and the cuts must be chosen); the connection, readers, interceptors and
 lane are the real ones.
