@@ -248,13 +248,9 @@ def _fetch_body(version: int) -> bytes:
         preferred_read_replica=-1,
         records=bytes(FETCH_RECORD_BYTES),
     )
-    # Fetch v13 names topics by id (KIP-516), older versions by name.
-    topic_key = "topic_id" if "topic_id" in topic_cls.__dataclass_fields__ else "topic"
-    topic = _build(
-        topic_cls,
-        **{topic_key: _TOPIC_ID if topic_key == "topic_id" else TOPIC},
-        partitions=(partition,),
-    )
+    # Fetch v13 names topics by id (KIP-516), older versions by name: _build keeps the one
+    # this version has.
+    topic = _build(topic_cls, topic=TOPIC, topic_id=_TOPIC_ID, partitions=(partition,))
     return _encode(
         _build(cls, **_NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=(topic,))
     )
@@ -461,12 +457,7 @@ def fetch_request(version: int = 16) -> bytes:
     topic_cls = _nested(cls, "topics")
     partition_cls = _nested(topic_cls, "partitions")
     partition = _build(partition_cls, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    topic_key = "topic_id" if "topic_id" in topic_cls.__dataclass_fields__ else "topic"
-    topic = _build(
-        topic_cls,
-        **{topic_key: _TOPIC_ID if topic_key == "topic_id" else TOPIC},
-        partitions=(partition,),
-    )
+    topic = _build(topic_cls, topic=TOPIC, topic_id=_TOPIC_ID, partitions=(partition,))
     body = _encode(
         _build(
             cls,
