@@ -223,6 +223,17 @@ cdef Py_ssize_t _length(
     return pos + width
 
 
+cdef inline Py_ssize_t _skip_blob(
+    const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible, int width
+) noexcept nogil:
+    """The position after the string, bytes or records at ``pos``, or -1."""
+    cdef int64_t length
+    pos = _length(buf, pos, end, flexible, width, &length)
+    if pos < 0 or length < -1 or length > end - pos:
+        return -1
+    return pos + length if length > 0 else pos
+
+
 cdef Py_ssize_t _skip_tags(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
     """The position after the tagged section at ``pos``, or -1."""
     cdef int64_t count, value
@@ -256,7 +267,7 @@ cdef Py_ssize_t _walk(
     cdef const int32_t* stop = step + program[1]
     cdef const int32_t* element
     cdef int kind, arg
-    cdef int64_t count, length, i
+    cdef int64_t count, i
     while step < stop:
         kind, arg = step[0], step[1]
         step += 2
@@ -264,11 +275,9 @@ cdef Py_ssize_t _walk(
             pos += arg  # checked by the next read, or at the end
             continue
         if kind == W_BLOB:
-            pos = _length(buf, pos, end, flexible, arg, &count)
-            if pos < 0 or count < -1 or count > end - pos:
+            pos = _skip_blob(buf, pos, end, flexible, arg)
+            if pos < 0:
                 return -1
-            if count > 0:
-                pos += count
             continue
         element = step
         if kind == W_STRUCT or kind == W_ARRAY_OF_ENTITIES:
@@ -295,11 +304,7 @@ cdef Py_ssize_t _walk(
             if kind == W_ARRAY_OF_ENTITIES:
                 pos = _walk(element, buf, pos, end)
             else:  # W_ARRAY_OF_BLOBS
-                pos = _length(buf, pos, end, flexible, arg, &length)
-                if pos >= 0 and (length < -1 or length > end - pos):
-                    return -1
-                if pos >= 0 and length > 0:
-                    pos += length
+                pos = _skip_blob(buf, pos, end, flexible, arg)
             if pos < 0:
                 return -1
     if program[0] & 2 and flexible:
