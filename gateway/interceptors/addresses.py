@@ -80,6 +80,9 @@ REWRITTEN_RESPONSES: dict[int, int] = {
 # The keys whose only rewritten part is the body's top-level tagged section (see the
 # module docstring): a response of theirs whose section is empty passes untouched.
 TAIL_REWRITTEN = (PRODUCE, FETCH)
+# The keys whose endpoints all sit in a head that streams before the bulk of the body
+# (see the module docstring): Metadata, every version.
+HEAD_REWRITTEN = (METADATA,)
 
 _NODE_ID_FIELDS = ("node_id", "broker_id")
 # KIP-951: the top-level tag of NodeEndpoints in Produce (v10+) and Fetch (v16+) responses.
@@ -91,6 +94,14 @@ PAD_TAGS = (10_000, 10_001)
 
 class AddressBook(Protocol):
     """Maps a broker, as the upstream advertises it, to the gateway address clients use."""
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever asking a question again could get another answer, or teach
+        the book something (a ClusterRouter learning that a broker moved). While it
+        stays the same, a rewrite remembered with it holds without asking again
+        (``rewrite_head``)."""
+        ...
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]: ...
 
@@ -166,7 +177,7 @@ def _rewrite_array(
 def head_finder(api_key: int, api_version: int) -> HeadFinder | None:
     """A finder for the head of a response that streams after its endpoints, if this is
     one (Metadata, every version); None when it is gathered whole."""
-    if api_key != METADATA:
+    if api_key not in HEAD_REWRITTEN:
         return None
     return HeadFinder(api_key, api_version, _metadata_brokers(api_version))
 
@@ -194,20 +205,35 @@ def rewrite_head(api_key: int, api_version: int, head: bytes, book: AddressBook)
     original = payload[offset:]
     key = (api_key, api_version, original.tobytes())
     known = _heads.get(key)
-    if known is not None and known.still_valid(book):
-        body: bytes | memoryview | None = known.body
-    else:
+    if known is not None and not known.current(book):
+        # Asked again, as a fresh rewrite would (a ClusterRouter learns brokers from the
+        # questions): the body holds if every answer is the same, and is remembered
+        # with the book's generation now.
+        if all(book.advertise(n, h, p) == answer for n, h, p, answer in known.asked):
+            known = _heads[key] = known._replace(book=book, generation=book.generation)
+        else:
+            known = None
+    if known is None:
         recorder = _Recorder(book)
         rewritten = rewrite_response(api_key, api_version, original, recorder)
         body = None if rewritten is original else bytes(rewritten)
         if len(_heads) >= _HEADS_KEPT:
             del _heads[next(iter(_heads))]  # the oldest: dicts keep insertion order
-        _heads[key] = _RewrittenHead(body, tuple(recorder.asked))
-    if body is None:
+        known = _heads[key] = _RewrittenHead(body, tuple(recorder.asked), book, book.generation)
+    after_id = head[8:]  # the head after its length prefix and correlation id
+    if known.body is None:
+        LAST_HEADS[api_key, api_version] = LastHead(after_id, after_id, book, known.generation)
         return head
+    new_head = _with_body(head, offset, known.body)
+    LAST_HEADS[api_key, api_version] = LastHead(after_id, new_head[8:], book, known.generation)
+    return new_head
+
+
+def _with_body(head: bytes, offset: int, body: bytes) -> bytes:
+    """``head`` with its body (from ``offset`` after the length prefix) replaced."""
     (size,) = INT32.unpack_from(head)
-    new_size = size + len(body) - len(original)
-    return b"".join((INT32.pack(new_size), payload[:offset], body))
+    new_size = size + len(body) - (len(head) - 4 - offset)
+    return b"".join((INT32.pack(new_size), head[4 : 4 + offset], body))
 
 
 class _Recorder:
@@ -219,6 +245,10 @@ class _Recorder:
         self.book = book
         self.asked: list[tuple[int, str, int, tuple[str, int]]] = []
 
+    @property
+    def generation(self) -> int:
+        return self.book.generation
+
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         answer = self.book.advertise(node_id, host, port)
         self.asked.append((node_id, host, port, answer))
@@ -226,27 +256,47 @@ class _Recorder:
 
 
 class _RewrittenHead(NamedTuple):
-    """A head body as rewritten once (None: unchanged), with what its rewrite asked."""
+    """A head body as rewritten once (None: unchanged), with what its rewrite asked, and
+    of which book at which generation (read after the asking)."""
 
     body: bytes | None
     asked: tuple[tuple[int, str, int, tuple[str, int]], ...]
+    book: AddressBook
+    generation: int
 
-    def still_valid(self, book: AddressBook) -> bool:
-        # The same questions again, in the same order, so that the book sees exactly
-        # what a fresh rewrite would show it (a ClusterRouter learns brokers from them,
-        # a reload may change its answers): the cached body holds only if every
-        # answer is still the same.
-        return all(book.advertise(n, h, p) == answer for n, h, p, answer in self.asked)
+    def current(self, book: AddressBook) -> bool:
+        """Whether nothing ``book`` could answer has changed since (see
+        ``AddressBook.generation``)."""
+        return book is self.book and book.generation == self.generation
 
 
 # Rewritten Metadata heads by their original body bytes (throttle time and brokers, a
 # few hundred bytes): a cluster's brokers rarely change, and every client's Metadata
 # then carries the same brokers array. Decoding and re-encoding it with kio costs
-# ~70 µs a response; a hit costs a hash of those bytes and one ``advertise`` per broker.
-# Per process and bounded: a few upstream clusters and versions fit, and the oldest
-# entry goes first.
+# ~70 µs a response; a hit costs a hash of those bytes. Per process and bounded: a few
+# upstream clusters and versions fit, and the oldest entry goes first.
 _HEADS_KEPT = 64
 _heads: dict[tuple[int, int, bytes], _RewrittenHead] = {}
+
+
+class LastHead(NamedTuple):
+    """The last head ``rewrite_head`` made for an (api key, version): the bytes after the
+    correlation id as they came (response header and body up to the end of the endpoint
+    array) and as they went out (the same object when unchanged), for which book, while
+    which generation of it."""
+
+    original: bytes
+    rewritten: bytes
+    book: AddressBook
+    generation: int
+
+
+# (api key, version) → its LastHead. The compiled lane reads it (gateway/server/
+# _lane.pyx): a response whose bytes after the correlation id start with ``original``
+# has exactly that head (the walk that finds a head decides each step from the bytes
+# read so far, see HeadFinder), so while ``book``'s generation holds the lane replaces
+# it with ``rewritten`` itself, which is what this module would make of it.
+LAST_HEADS: dict[tuple[int, int], LastHead] = {}
 
 
 class TailRewrite(NamedTuple):

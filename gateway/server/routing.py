@@ -17,6 +17,11 @@ log = get_logger("gateway.routing")
 
 
 class SidecarRouter:
+    # Answers come from the config alone, and the only thing a question teaches the
+    # router (to warn once about a broker without a peer) never changes an answer:
+    # see AddressBook.generation.
+    generation = 0
+
     def __init__(self, config: Config) -> None:
         assert config.upstream is not None
         self._config = config
@@ -54,12 +59,17 @@ class ClusterRouter:
         self._config = config
         self._on_new_broker = on_new_broker
         self.brokers: dict[int, HostPort] = {}
+        # Bumped whenever ``brokers`` changes (see AddressBook.generation): answers come
+        # from the config alone, but asking again about a broker whose address another
+        # response changed since would change ``brokers`` back.
+        self.generation = 0
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         cfg = self._config
         known = self.brokers.get(node_id)
         if known is None or known.host != host or known.port != port:
             self.brokers[node_id] = HostPort(host, port)
+            self.generation += 1
             if cfg.sni_broker_host is None:
                 self._on_new_broker(node_id, self.upstream_for(node_id))
         override = cfg.advertised_brokers.get(node_id)

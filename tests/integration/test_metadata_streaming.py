@@ -33,6 +33,8 @@ API_VERSIONS = 18
 class AnswerBook:
     """Advertises each node where the gateway's own answer put it."""
 
+    generation = 0  # its answers never change
+
     def __init__(self, brokers: dict[int, tuple[str, int]]) -> None:
         self.brokers = brokers
 

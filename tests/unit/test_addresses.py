@@ -20,6 +20,8 @@ from ._kafka import RECORDS, build, decode, encode, nested, schema_module, top_l
 class FakeBook:
     """Sends node N to gw-N.example:19000+N and remembers what it was asked."""
 
+    generation = 0  # its answers never change
+
     def __init__(self) -> None:
         self.calls: list[tuple[int, str, int]] = []
 
@@ -30,6 +32,8 @@ class FakeBook:
 
 class IdentityBook:
     """Advertises every broker as itself: nothing to change."""
+
+    generation = 0  # its answers never change
 
     def __init__(self) -> None:
         self.calls = 0

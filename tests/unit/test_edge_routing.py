@@ -122,6 +122,26 @@ def test_port_per_broker_listeners_dial_broker_upstreams_over_what_brokers_adver
         router.upstream_for(3)
 
 
+def test_a_cluster_routers_generation_moves_only_with_what_it_learns() -> None:
+    """A rewrite remembered at one generation holds while it does (AddressBook):
+    asking again what was asked changes nothing, a broker learnt or moved does."""
+    opened = Opened()
+    router = ClusterRouter(Config(mode="cluster", upstream=UPSTREAM), opened)
+    router.advertise(1, "b1", 9092)
+    router.advertise(2, "b2", 9092)
+    learnt = router.generation
+    assert learnt == 2
+    for _ in range(3):
+        router.advertise(1, "b1", 9092)
+        router.advertise(2, "b2", 9092)
+    assert router.generation == learnt and len(opened.calls) == 2
+    router.advertise(1, "b1-moved", 9092)
+    assert router.generation == learnt + 1
+    # The old head asked again moves broker 1 back: a change, so a new generation.
+    router.advertise(1, "b1", 9092)
+    assert router.generation == learnt + 2 and len(opened.calls) == 4
+
+
 # -- the SNI route table ---------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.interceptors.addresses import head_finder, rewrite_head, rewrite_response
+from gateway.interceptors.addresses import LAST_HEADS, head_finder, rewrite_head, rewrite_response
 from gateway.protocol import (
     METADATA,
     InFlight,
@@ -27,13 +27,15 @@ from gateway.protocol import (
 )
 
 from ._kafka import encode, frame, nested, schema_module, top_level
-from .test_addresses import metadata, versions
+from .test_addresses import IdentityBook, metadata, versions
 
 VERSIONS = versions("metadata")
 
 
 class Book:
     """Node N → gw-N.example:19000+N: a host of another length than the broker's."""
+
+    generation = 0  # its answers never change
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         return f"gw-{node_id}.example", 19000 + node_id % 1000
@@ -172,11 +174,17 @@ def test_a_brokers_array_running_past_its_frame_closes_without_forwarding(versio
 
 # -- the same head again: the walk and the rewrite are remembered ------------------------
 class MovingBook:
-    """Answers from a table that a test changes, and records every question."""
+    """Answers from a table that a test changes (``move``, which bumps the generation),
+    and records every question."""
 
     def __init__(self) -> None:
         self.port = 19000
+        self.generation = 0
         self.asked: list[tuple[int, str, int]] = []
+
+    def move(self, port: int) -> None:
+        self.port = port
+        self.generation += 1
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         self.asked.append((node_id, host, port))
@@ -196,21 +204,43 @@ def _head(version: int, whole: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("version", [1, 12])
-def test_a_remembered_head_asks_the_book_again_and_follows_its_answers(version: int) -> None:
+def test_a_remembered_head_holds_while_the_books_generation_does(version: int) -> None:
     head = _head(version, response_frame(version, encode(metadata(version))))
     book = MovingBook()
     first = rewrite_head(METADATA, version, head, book)
     asked = list(book.asked)
     assert asked  # every broker was asked about
     assert rewrite_head(METADATA, version, head, book) == first
-    # A hit shows the book the same questions a fresh rewrite would (a ClusterRouter
-    # learns brokers from them).
+    assert book.asked == asked  # nothing could have changed: nothing asked
+    # What the compiled lane reads: the head after the correlation id, both ways.
+    last = LAST_HEADS[METADATA, version]
+    assert (last.original, last.rewritten) == (head[8:], first[8:])
+    assert (last.book, last.generation) == (book, 0)
+    # A new generation with the same answers (a ClusterRouter learnt another broker):
+    # the same questions again, as a fresh rewrite would ask, and the same head.
+    book.generation += 1
+    assert rewrite_head(METADATA, version, head, book) == first
     assert book.asked == asked * 2
-    book.port = 29000  # e.g. a reload moved the gateway's ports
+    assert LAST_HEADS[METADATA, version].generation == 1
+    # Another book, at the same generation number, is asked too.
+    other = MovingBook()
+    other.generation = 1
+    assert rewrite_head(METADATA, version, head, other) == first
+    assert other.asked == asked and LAST_HEADS[METADATA, version].book is other
+    book.move(29000)  # e.g. a reload moved the gateway's ports
     moved = rewrite_head(METADATA, version, head, book)
     assert moved != first
     assert moved == rewrite_head(METADATA, version, head, book)
     assert struct.pack(">i", 29001) in moved  # node 1's new port
+    assert LAST_HEADS[METADATA, version].rewritten == moved[8:]
+
+
+def test_a_head_nothing_changes_is_remembered_as_the_same_bytes() -> None:
+    """The lane then forwards the response as it came."""
+    head = _head(1, response_frame(1, encode(metadata(1))))
+    assert rewrite_head(METADATA, 1, head, IdentityBook()) is head
+    last = LAST_HEADS[METADATA, 1]
+    assert last.rewritten is last.original
 
 
 @pytest.mark.parametrize("version", [1, 12])

@@ -48,6 +48,8 @@ FETCH = 1
 class Book:
     """Node N → a gateway host of ``host_len`` characters, port 19000+N."""
 
+    generation = 0  # its answers never change
+
     def __init__(self, host_len: int = 4) -> None:
         self.host_len = host_len
 
