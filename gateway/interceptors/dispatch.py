@@ -240,6 +240,22 @@ def lane_walks(passthrough: Mapping[int, VersionRange]) -> dict[tuple[int, int],
     return walks
 
 
+def lane_heads(passthrough: Mapping[int, VersionRange]) -> dict[int, VersionRange]:
+    """api key → the forwarded versions whose responses are rewritten in their head
+    only (Metadata: its brokers array). The compiled lane replaces a head it finds in
+    ``LAST_HEADS`` itself, as ``rewrite_head`` would; the rest go to ``rewrite_head``."""
+    heads: dict[int, VersionRange] = {}
+    for api_key in addresses.HEAD_REWRITTEN:
+        forwarded = passthrough.get(api_key)
+        if forwarded is not None:
+            heads[api_key] = (max(forwarded[0], REWRITTEN_FROM[api_key]), forwarded[1])
+    return heads
+
+
+# The heads the lane may replace itself (see ``lane_heads``).
+LAST_HEADS = addresses.LAST_HEADS
+
+
 def intercepts_response(
     entry: InFlightRequest, _first: Callable[[int, int], int] = addresses.REWRITTEN_RESPONSES.get
 ) -> bool:

@@ -10,13 +10,14 @@ path, which stays the definition of what the gateway does:
 
 * a read of the client's that starts at a frame boundary is taken here up to the first
   frame that is not a *plain* request: one whose key and version pass through untouched
-  and whose response is either not rewritten or *walked* (``PlainTable``), which is not a
-  SaslHandshake, and, for a Produce, has acks other than 0. What is left goes to
-  ``data_received``;
+  and whose response is either not rewritten, *walked* or *headed* (``PlainTable``),
+  which is not a SaslHandshake, and, for a Produce, has acks other than 0. What is left
+  goes to ``data_received``;
 * a read of the upstream's is taken here while every outstanding request is in the lane
   (the Python in-flight table is empty), up to the first response that does not answer
   the lane's oldest request, or, for a walked request, whose top-level tagged section is
-  not empty. What is left goes to ``upstream_data``.
+  not empty, or, for a headed one, whose head the lane does not know. What is left goes
+  to ``upstream_data``.
 
 Walked responses are Produce v10+ and Fetch v16+: they are rewritten only when their
 top-level tagged section carries KIP-951's NodeEndpoints, which brokers send only when a
@@ -24,6 +25,16 @@ leader moved. The lane walks them to that section with ``gateway.protocol.tail_p
 (the Python walk's steps as integers, run in C by ``_walk``) and forwards the ones whose
 section is empty, as the Python path would (unchanged); any doubt (a section that holds
 something, bytes that do not walk) leaves the response to the Python path.
+
+Headed responses are Metadata's: their broker addresses are all in the head (the
+response header and the body up to the end of the brokers array), which a cluster's
+brokers make the same in nearly every response. Each time the Python path rewrites a
+head it records it, as it came and as it went out (``addresses.LAST_HEADS``); a response
+that starts with the recorded head after its correlation id has exactly that head, and
+while the address book's generation holds, the lane sends the recorded rewrite with the
+length prefix the new size needs, and the rest of the response as it came. Any other
+head (the first, brokers that changed, a book that moved on) leaves the response to the
+Python path, which rewrites it and records it for the next.
 
 The lane keeps its requests in a ring of C structs, in order, behind those of the Python
 in-flight table (``InFlight``): a request the lane took is always newer than every
@@ -37,10 +48,10 @@ C counters, folded into the connection's ``ApiStats`` when its metrics are (``la
 Python path): what runs where this module was not compiled.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memmove
+from libc.string cimport memcmp, memcpy, memmove
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 COMPILED = True
@@ -85,6 +96,7 @@ cdef struct Entry:
     int16_t version
     int32_t correlation_id
     int32_t size
+    bint headed  # a request whose response's head the lane may replace (Metadata)
     double started
     const int32_t* walk  # the response's walk program, for a walked request; else NULL
 
@@ -339,8 +351,8 @@ def tail_offset(int key, int version, program, bytes body):
 
 cdef class PlainTable:
     """Per API key, the versions whose requests pass through untouched and whose
-    responses are either not rewritten or walked (see the module docstring): what the
-    lane may take. One per negotiation, shared by its connections (see
+    responses are either not rewritten, walked or headed (see the module docstring):
+    what the lane may take. One per negotiation, shared by its connections (see
     Gateway.negotiated)."""
 
     cdef int16_t low[KEYS]
@@ -348,17 +360,29 @@ cdef class PlainTable:
     # The versions whose responses are walked (see the module docstring).
     cdef int16_t walk_low[KEYS]
     cdef int16_t walk_high[KEYS]
+    # The versions whose responses' heads the lane may replace (see the module docstring).
+    cdef int16_t head_low[KEYS]
+    cdef int16_t head_high[KEYS]
+    # (api key, version) → the last head rewritten (addresses.LastHead), shared by all.
+    cdef dict heads
 
-    def __init__(self, passthrough, first_rewritten, walks):
+    def __init__(self, passthrough, first_rewritten, walks, headed, dict heads):
         """``passthrough``: api key → (min, max) forwarded untouched; ``first_rewritten``:
         api key → the first version whose response the gateway rewrites; ``walks``:
         (api key, version) → the walk program of the forwarded versions whose responses
         are rewritten only when their top-level tagged section holds something
-        (``dispatch.lane_walks``)."""
+        (``dispatch.lane_walks``); ``headed``: api key → (min, max) forwarded whose
+        responses are rewritten in their head only (``dispatch.lane_heads``), and
+        ``heads`` the last head rewritten of each (``dispatch.LAST_HEADS``)."""
         cdef int key
         for key in range(KEYS):
             self.low[key], self.high[key] = 1, 0
             self.walk_low[key], self.walk_high[key] = 1, 0
+            self.head_low[key], self.head_high[key] = 1, 0
+        for key, (low, high) in headed.items():
+            if 0 <= key < KEYS and key != SASL_HANDSHAKE:
+                self.head_low[key], self.head_high[key] = low, high
+        self.heads = heads
         for key, (low, high) in passthrough.items():
             if 0 <= key < KEYS and key != SASL_HANDSHAKE:
                 self.low[key] = low
@@ -375,14 +399,25 @@ cdef class PlainTable:
 
     def plain(self, int key, int version):
         """Whether the lane may take requests of this key and version."""
-        return self._plain(key, version) or self._walk_of(key, version) != NULL
+        return (
+            self._plain(key, version)
+            or self._walk_of(key, version) != NULL
+            or self._headed(key, version)
+        )
 
     def walked(self, int key, int version):
         """Whether the lane walks their responses (see the module docstring)."""
         return self._walk_of(key, version) != NULL
 
+    def headed(self, int key, int version):
+        """Whether the lane may replace their responses' heads (see the module docstring)."""
+        return self._headed(key, version)
+
     cdef inline bint _plain(self, int key, int version) noexcept:
         return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
+
+    cdef inline bint _headed(self, int key, int version) noexcept:
+        return 0 <= key < KEYS and self.head_low[key] <= version <= self.head_high[key]
 
     cdef inline const int32_t* _walk_of(self, int key, int version) noexcept:
         if 0 <= key < KEYS and self.walk_low[key] <= version <= self.walk_high[key]:
@@ -408,6 +443,11 @@ cdef class Lane:
     # The request log's sampling (RequestLog.sampled), or None when there is no request
     # log: a sampled answer the lane forwards is logged through ``log_answer``.
     cdef public object log_sampled
+    # The connection's AddressBook (the gateway's router): a remembered head holds for
+    # the book it was rewritten for, at its generation (addresses.LastHead).
+    cdef public object book
+    # What a read that replaced a head writes, in order (see ``_replace_head``).
+    cdef list _pieces
     cdef Entry* _ring
     cdef int _first, _count, _capacity
     cdef Count* _counts
@@ -442,24 +482,33 @@ cdef class Lane:
 
     cdef upstream_read(self, Py_ssize_t nbytes):
         data = PyBytes_FromStringAndSize(_recv, nbytes)
-        cdef Py_ssize_t taken = 0
+        cdef const char* read = PyBytes_AS_STRING(data)
+        cdef Py_ssize_t taken = 0, written = 0
         client = self.client
         if self.lane_responses and self._count and client is not None:
-            taken = self._take_responses(<const uint8_t*>PyBytes_AS_STRING(data), nbytes)
+            taken = self._take_responses(<const uint8_t*>read, nbytes, &written)
             if not self._count:
                 self._release()
-        if taken == nbytes:
+        if written:
+            # A head was replaced: what the lane took goes out in pieces, one writev.
+            pieces = self._pieces
+            self._pieces = None
+            if taken > written:
+                pieces.append(PyBytes_FromStringAndSize(read + written, taken - written))
+            client.writelines(pieces)
+        elif taken == nbytes:
             client.write(data)
-            self.bytes_out += nbytes
+        elif taken:
+            client.write(PyBytes_FromStringAndSize(read, taken))
+        self.bytes_out += taken
+        if taken == nbytes:
             if self.draining and not self._count:
                 self.close()
             elif self.budget_on:
                 self._recharge()
             return
         if taken:
-            client.write(PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), taken))
-            self.bytes_out += taken
-            data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + taken, nbytes - taken)
+            data = PyBytes_FromStringAndSize(read + taken, nbytes - taken)
         self.upstream_data(data)
 
     # -- the lane's frames -----------------------------------------------------------------
@@ -468,6 +517,7 @@ cdef class Lane:
         cdef Py_ssize_t pos = 0, end
         cdef int key, version
         cdef const int32_t* walk
+        cdef bint headed
         cdef PlainTable table = self.lane_table
         cdef double now = _now()  # one clock a read: its requests arrived together
         while n - pos >= 12:
@@ -477,21 +527,26 @@ cdef class Lane:
             key = _int16(buf + pos + 4)
             version = _int16(buf + pos + 6)
             walk = NULL
+            headed = False
             if not table._plain(key, version):
                 walk = table._walk_of(key, version)
                 if walk == NULL:
-                    break
+                    headed = table._headed(key, version)
+                    if not headed:
+                        break
             if key == PRODUCE and _produce_acks(buf + pos + 4, end - pos - 4, version) == 0:
                 break
-            if not self._push(key, version, _int32(buf + pos + 8), end - pos, now, walk):
+            if not self._push(key, version, _int32(buf + pos + 8), end - pos, now, walk, headed):
                 break
             self._count_request(key, version)
             pos = end
         return pos
 
-    cdef Py_ssize_t _take_responses(self, const uint8_t* buf, Py_ssize_t n):
+    cdef Py_ssize_t _take_responses(self, const uint8_t* buf, Py_ssize_t n, Py_ssize_t* written):
         """Forward the whole responses at the start of ``buf`` that answer the ring's
-        requests in order; return their bytes."""
+        requests in order; return their bytes. Where the lane replaces a response's
+        head, what came before it and the new head go to ``_pieces``, and ``written``
+        says up to where ``buf`` is in them (see ``_replace_head``)."""
         cdef Py_ssize_t pos = 0, end
         cdef Entry* entry
         cdef Entry logged
@@ -505,6 +560,12 @@ cdef class Lane:
                 break
             if entry.walk != NULL and not _tail_empty(entry.walk, buf, pos + 8, end):
                 break
+            head = None
+            if entry.headed:
+                head = self._last_head(entry.key, entry.version, buf + pos, end - pos)
+                if head is None:
+                    break
+                self._replace_head(head, buf, pos, written)
             self._count_response(entry.key, entry.version, now - entry.started)
             if self.log_sampled is not None and self.log_sampled():
                 logged = entry[0]  # a copy: the ring may move while Python runs
@@ -522,6 +583,50 @@ cdef class Lane:
             pos = end
         return pos
 
+    cdef object _last_head(self, int key, int version, const uint8_t* frame, Py_ssize_t size):
+        """The head the Python path last rewrote for (key, version) (addresses.LastHead),
+        if ``frame`` (``size`` bytes) starts with it after its correlation id and it
+        holds for this connection's book; else None."""
+        head = self.lane_table.heads.get((key, version))
+        if head is None:
+            return None
+        book = head[2]
+        if book is not self.book or book.generation != head[3]:
+            return None
+        original = <bytes>head[0]
+        cdef Py_ssize_t length = PyBytes_GET_SIZE(original)
+        if size - 8 < length or memcmp(frame + 8, PyBytes_AS_STRING(original), length):
+            return None
+        return head
+
+    cdef int _replace_head(self, head, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t* written) except -1:
+        """Put in ``_pieces`` what comes before the response at ``pos`` and its new start:
+        the length prefix for the new size, its correlation id and the rewritten head.
+        The rest of the response goes out as it came, with what follows it."""
+        original = <bytes>head[0]
+        rewritten = <bytes>head[1]
+        if rewritten is original:
+            return 0  # nothing to change: the response goes out as it came
+        cdef Py_ssize_t old = PyBytes_GET_SIZE(original), new = PyBytes_GET_SIZE(rewritten)
+        cdef uint32_t size = <uint32_t>(_int32(buf + pos) + new - old)
+        if not written[0]:
+            self._pieces = []
+        if pos > written[0]:
+            self._pieces.append(
+                PyBytes_FromStringAndSize(<const char*>buf + written[0], pos - written[0])
+            )
+        start = PyBytes_FromStringAndSize(NULL, 8 + new)
+        cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(start)
+        out[0] = size >> 24
+        out[1] = (size >> 16) & 0xFF
+        out[2] = (size >> 8) & 0xFF
+        out[3] = size & 0xFF
+        memcpy(out + 4, buf + pos + 4, 4)  # the correlation id
+        memcpy(out + 8, PyBytes_AS_STRING(rewritten), new)
+        self._pieces.append(start)
+        written[0] = pos + 8 + old
+        return 0
+
     cdef inline void _pop(self) noexcept:
         """Drop the ring's oldest request."""
         self._first += 1
@@ -537,6 +642,7 @@ cdef class Lane:
         int32_t size,
         double started,
         const int32_t* walk,
+        bint headed,
     ) except -1:
         cdef Entry* entry
         if self._count == self._capacity and not self._grow():
@@ -548,6 +654,7 @@ cdef class Lane:
         entry.size = size
         entry.started = started
         entry.walk = walk
+        entry.headed = headed
         self._count += 1
         self.lane_frames += 1
         return True
@@ -662,6 +769,7 @@ cdef class Lane:
             slot.size = entry.request_bytes
             slot.started = entry.started
             slot.walk = NULL if table is None else table._walk_of(entry.api_key, entry.api_version)
+            slot.headed = table is not None and table._headed(entry.api_key, entry.api_version)
         return True
 
     cdef void _release(self) noexcept:

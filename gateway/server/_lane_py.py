@@ -20,7 +20,14 @@ class PlainTable:
 
     __slots__ = ()
 
-    def __init__(self, passthrough: object, first_rewritten: object, walks: object) -> None:
+    def __init__(
+        self,
+        passthrough: object,
+        first_rewritten: object,
+        walks: object,
+        headed: object,
+        heads: object,
+    ) -> None:
         pass
 
     def plain(self, key: int, version: int) -> bool:
@@ -29,12 +36,16 @@ class PlainTable:
     def walked(self, key: int, version: int) -> bool:
         return False
 
+    def headed(self, key: int, version: int) -> bool:
+        return False
+
 
 class Lane:
     """Base of ``ClientConnection``: the attributes the compiled lane keeps in C, and
     every read handed to the Python path."""
 
     __slots__ = (
+        "book",
         "budget_on",
         "bytes_in",
         "bytes_out",

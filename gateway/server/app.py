@@ -339,7 +339,13 @@ class Gateway:
             passthrough.pop(api_key, None)
         if len(self._negotiated) >= NEGOTIATED_KEPT:
             self._negotiated.clear()
-        lane = PlainTable(passthrough, dispatch.REWRITTEN_FROM, dispatch.lane_walks(passthrough))
+        lane = PlainTable(
+            passthrough,
+            dispatch.REWRITTEN_FROM,
+            dispatch.lane_walks(passthrough),
+            dispatch.lane_heads(passthrough),
+            dispatch.LAST_HEADS,
+        )
         found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
         return found
 

@@ -241,6 +241,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
         self._folded_out = 0
+        self.book = gateway.router
         self.log_sampled = None
         if gateway.request_log is not None:
             self.inflight.observer = self._log_request
@@ -744,6 +745,8 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         if self._closed:
             return
         self._closed = True
+        # A read that still comes takes the Python path, which knows the pair is closed.
+        self.lane_requests = self.lane_responses = False
         # transport.close() still flushes what is buffered, so answered requests reach
         # the client before the socket goes.
         if self.client is not None:
@@ -753,6 +756,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
 
     def abort(self) -> None:
         self._closed = True
+        self.lane_requests = self.lane_responses = False
         for transport in (self.client, self.upstream):
             if transport is not None:
                 transport.abort()

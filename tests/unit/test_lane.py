@@ -52,7 +52,7 @@ from ._kio_samples import sample
 from .test_addresses import ENDPOINTS, NODE_ENDPOINT_CASES
 from .test_addresses import fetch_response as fetch_response_with
 from .test_addresses import produce_response as produce_response_with
-from .test_streams import api_versions, metadata, metadata_response, produce_response
+from .test_streams import api_versions, metadata, produce_response
 from .test_tagged import encode as encode_sample
 from .test_tagged import flexible_responses
 from .test_walk import cuts
@@ -85,7 +85,8 @@ def test_the_lane_is_compiled() -> None:
 @compiled_only
 def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -> None:
     """...plus the versions whose responses are rewritten only in their top-level
-    tagged section (Produce v10+, Fetch v16+), which the lane walks."""
+    tagged section (Produce v10+, Fetch v16+), which the lane walks, and those rewritten
+    only in their head (Metadata), whose heads the lane may replace."""
     conn, _, _ = connected(RecordingTransport)
     table = conn.lane_table
     assert table is not None
@@ -102,10 +103,13 @@ def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -
                 and key in addresses.TAIL_REWRITTEN
                 and version >= dispatch.REWRITTEN_FROM[key]
             )
-            expected = walked or (forwarded and not dispatch.intercepts_response(entry))
+            headed = forwarded and key in addresses.HEAD_REWRITTEN
+            expected = walked or headed or (forwarded and not dispatch.intercepts_response(entry))
             assert table.walked(key, version) == walked, (key, version)
+            assert table.headed(key, version) == headed, (key, version)
             assert table.plain(key, version) == expected, (key, version)
     assert table.walked(0, 11) and table.walked(1, 16)  # what current clients send
+    assert table.headed(3, 1) and table.headed(3, 12)
 
 
 WALKED_CASES = [c for c in NODE_ENDPOINT_CASES if c[0].startswith(("produce-", "fetch-"))]
@@ -196,6 +200,9 @@ KINDS: list[Callable[[int], Req]] = [
     lambda c: _fetch(16, c),
     lambda c: _fetch(17, c),
     lambda c: metadata(1, c),
+    lambda c: metadata(1, c),
+    lambda c: metadata(9, c),
+    lambda c: metadata(12, c),
     lambda c: api_versions(3, c),
 ]
 
@@ -230,10 +237,34 @@ def _walked_answer(req: Req) -> bytes:
     return answer
 
 
+def _metadata_answer(req: Req) -> bytes:
+    """A broker's answer to a Metadata request: its brokers (the head the gateway
+    rewrites) mostly the same, now and then another broker's host; its topics varying;
+    a few cut short inside the head (the Python path closes the connection)."""
+    variant = req.correlation_id % 7
+    cls = top_level(schema_module("metadata", req.version, "response"))
+    entity = build(
+        cls,
+        brokers=[
+            {"node_id": 0, "host": "broker-0" if variant != 1 else "broker-0b", "port": 9092},
+            {"node_id": 1, "host": "broker-1", "port": 9092},
+        ],
+        topics=[
+            {"name": "orders", "partitions": [{"partition_index": i, "leader_id": i % 2}]}
+            for i in range(req.correlation_id % 3)
+        ],
+    )
+    answer = kio_response(req.correlation_id, entity).frame
+    if req.correlation_id % 11 == 5:  # a frame that ends in the second broker's host
+        cut = answer.index(b"broker-1") + 3
+        return struct.pack(">i", cut - 4) + answer[4:cut]
+    return answer
+
+
 def _answer(req: Req) -> bytes:
     """What a broker answers to ``req``."""
     if req.key == 3:
-        return metadata_response(req.version, req.correlation_id).frame
+        return _metadata_answer(req)
     if req.key in addresses.TAIL_REWRITTEN and req.version >= dispatch.REWRITTEN_FROM[req.key]:
         return _walked_answer(req)
     if req.key == 0:
@@ -271,11 +302,30 @@ def _cuts(data: bytes, rng: random.Random, whole: bool) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
+class MovingBook:
+    """Node N at gw-N.example:19000+N+shift. ``move`` changes every answer (as a
+    reload of advertised ports would), and so the generation."""
+
+    def __init__(self) -> None:
+        self.shift = 0
+        self.generation = 0
+
+    def move(self) -> None:
+        self.shift += 100
+        self.generation += 1
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        return f"gw-{node_id}.example", 19000 + node_id + self.shift
+
+
 class Side:
     """One connection and the broker behind it: requests in, answers out."""
 
-    def __init__(self, lane: bool, log_requests: float = 0.0) -> None:
+    def __init__(self, lane: bool, log_requests: float = 0.0, book: object = None) -> None:
         self.conn, self.client, self.upstream = connected(BytesTransport, log_requests=log_requests)
+        if book is not None:  # both sides of a stream ask one book
+            self.conn.gateway.router = book  # type: ignore[assignment]
+            self.conn.book = book
         self.lane = lane
         # The request log's lines (every request's, when log_requests is 1).
         self.logged: list[dict[str, object]] = []
@@ -324,10 +374,16 @@ def _run(seed: int) -> tuple[Side, Side]:
     whole = rng.random() < 0.6  # clients mostly write whole requests
     pieces = _cuts(b"".join(r.frame for r in reqs), rng, whole)
     log_requests = 1.0 if rng.random() < 0.3 else 0.0
-    sides = Side(lane=True, log_requests=log_requests), Side(lane=False, log_requests=log_requests)
+    book = MovingBook()
+    sides = (
+        Side(lane=True, log_requests=log_requests, book=book),
+        Side(lane=False, log_requests=log_requests, book=book),
+    )
     odd_broker = rng.random() < 0.3
     pending = b""
     for piece in pieces:
+        if rng.random() < 0.1:
+            book.move()  # what the lane remembered must no longer hold
         for side in sides:
             side.client_read(piece)
         answers = [
@@ -374,7 +430,7 @@ def test_the_lane_and_the_python_path_send_and_count_the_same(seed: int) -> None
     assert bytes(lane.upstream.data) == bytes(python.upstream.data)
     assert bytes(lane.client.data) == bytes(python.client.data)
     assert _counts(lane.conn) == _counts(python.conn)
-    assert lane.conn.in_flight() == 0
+    assert lane.conn.in_flight() == 0 or lane.conn.closed
     assert lane.conn.closed == python.conn.closed
     # The request log (on in some streams) has the same lines but for the latencies.
     for line in (*lane.logged, *python.logged):
@@ -407,23 +463,49 @@ def test_plain_requests_in_whole_reads_never_leave_the_lane(log_requests: float)
 
 @compiled_only
 def test_the_lane_takes_back_requests_once_the_python_path_is_done() -> None:
-    """A Metadata request (its answer rewritten) sends the lane's requests to the Python
-    table; once only plain ones are left there, the lane takes them back."""
+    """A FindCoordinator request (its answer gathered and rewritten) sends the lane's
+    requests to the Python table; once only plain ones are left there, the lane takes
+    them back."""
     side = Side(lane=True)
     conn = side.conn
-    reqs = [_describe_groups(1), metadata(1, 2), _describe_groups(3), _describe_groups(4)]
+    find = request(10, 1, 2, struct.pack(">h", 6) + b"group1" + b"\x00", header_version=1)
+    reqs = [_describe_groups(1), find, _describe_groups(3), _describe_groups(4)]
     sent = {r.correlation_id: r for r in reqs}
     side.client_read(reqs[0].frame)
     assert conn.lane_in_flight == 1
-    side.client_read(b"".join(r.frame for r in reqs[1:]))  # the Metadata: Python path
+    side.client_read(b"".join(r.frame for r in reqs[1:]))  # FindCoordinator: Python path
     assert conn.lane_in_flight == 0 and len(conn.inflight) == 4
     answers = side.answers(sent)
     first_two = 4 + struct.unpack_from(">i", answers, 0)[0]
     first_two += 4 + struct.unpack_from(">i", answers, first_two)[0]
-    side.upstream_read(answers[:first_two])  # DescribeGroups and Metadata answered
+    side.upstream_read(answers[:first_two])  # DescribeGroups and FindCoordinator answered
     assert len(conn.inflight) == 0 and conn.lane_in_flight == 2 and conn.lane_responses
     side.upstream_read(answers[first_two:])
     assert conn.in_flight() == 0
+
+
+@compiled_only
+@pytest.mark.parametrize("version", [1, 12])
+def test_the_lane_replaces_a_metadata_head_the_python_path_rewrote(version: int) -> None:
+    """The first Metadata answer takes the Python path, which rewrites its head; an
+    answer that starts with the same head the lane rewrites itself, the same way, until
+    the book's generation moves on."""
+    book = MovingBook()
+    lane, python = Side(lane=True, book=book), Side(lane=False, book=book)
+    # Correlation ids 3, 10, 17: the same brokers (see _metadata_answer), 0-2 topics.
+    for round_, correlation_id in enumerate((3, 10, 17, 24)):
+        if round_ == 3:
+            book.move()
+        req = metadata(version, correlation_id)
+        for side in (lane, python):
+            side.client_read(req.frame)
+            side.upstream_read(side.answers({correlation_id: req}))
+        assert lane.client.data == python.client.data
+        assert b"gw-1.example" in lane.client.data
+        python_read = lane.conn.inflight.stats.responses.get((3, version), 0)
+        # The lane took every answer but the first, and the first after the move.
+        assert python_read == (1 if round_ < 3 else 2), round_
+        assert lane.conn.in_flight() == 0
 
 
 @compiled_only
