@@ -6,9 +6,11 @@ the plain requests and responses of a read and hands the rest to the Python path
 the Python path alone is the reference: both must send the same bytes each way, count
 the same requests, responses, bytes and rewrite errors, and log the same request-log
 lines, for any mix of requests (forwarded, answered here, rewritten, walked: Produce
-v10+ and Fetch v16+ whose answers may or may not hold NodeEndpoints or walk at all,
-acks=0) cut into reads anywhere and answered at any time. The C walk of those answers
-is held to the Python walk on its own, over every flexible response Kafka has.
+v10+ and Fetch v16+ whose answers may or may not hold NodeEndpoints or walk at all;
+headed: Metadata, whose answers' heads the lane replaces when the Python path rewrote
+the same head for the same book and generation; acks=0) cut into reads anywhere and
+answered at any time, while the address book sometimes moves. The C walk of the walked
+answers is held to the Python walk on its own, over every flexible response Kafka has.
 The transports are stand-ins that keep what is written (what a socket carries is the
 point here, and the cuts must be chosen); the connection, readers, interceptors and
 lane are the real ones.
