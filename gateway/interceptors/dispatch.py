@@ -223,33 +223,38 @@ def ask_upstream_versions(
 REWRITTEN_FROM = addresses.REWRITTEN_RESPONSES
 
 
+def _rewritten_forwarded(
+    passthrough: Mapping[int, VersionRange], api_keys: tuple[int, ...]
+) -> dict[int, VersionRange]:
+    """api key → (min, max) of the forwarded versions of ``api_keys`` whose responses
+    are rewritten."""
+    ranges: dict[int, VersionRange] = {}
+    for api_key in api_keys:
+        forwarded = passthrough.get(api_key)
+        if forwarded is not None:
+            ranges[api_key] = (max(forwarded[0], REWRITTEN_FROM[api_key]), forwarded[1])
+    return ranges
+
+
 def lane_walks(passthrough: Mapping[int, VersionRange]) -> dict[tuple[int, int], tuple[int, ...]]:
     """(api key, version) → ``tail_program`` for each forwarded version whose response is
     rewritten only when its top-level tagged section holds something (Produce v10+,
     Fetch v16+: KIP-951's NodeEndpoints, sent only when a leader moved). The compiled
     lane walks those responses and forwards the ones whose section is empty itself, as
     ``addresses.rewrite_response`` would (unchanged); the rest go to ``rewrite_frame``."""
-    walks: dict[tuple[int, int], tuple[int, ...]] = {}
-    for api_key in addresses.TAIL_REWRITTEN:
-        forwarded = passthrough.get(api_key)
-        if forwarded is None:
-            continue
-        low, high = forwarded
-        for version in range(max(low, REWRITTEN_FROM[api_key]), high + 1):
-            walks[api_key, version] = tail_program(api_key, version)
-    return walks
+    walked = _rewritten_forwarded(passthrough, addresses.TAIL_REWRITTEN)
+    return {
+        (api_key, version): tail_program(api_key, version)
+        for api_key, (low, high) in walked.items()
+        for version in range(low, high + 1)
+    }
 
 
 def lane_heads(passthrough: Mapping[int, VersionRange]) -> dict[int, VersionRange]:
     """api key → the forwarded versions whose responses are rewritten in their head
     only (Metadata: its brokers array). The compiled lane replaces a head it finds in
     ``LAST_HEADS`` itself, as ``rewrite_head`` would; the rest go to ``rewrite_head``."""
-    heads: dict[int, VersionRange] = {}
-    for api_key in addresses.HEAD_REWRITTEN:
-        forwarded = passthrough.get(api_key)
-        if forwarded is not None:
-            heads[api_key] = (max(forwarded[0], REWRITTEN_FROM[api_key]), forwarded[1])
-    return heads
+    return _rewritten_forwarded(passthrough, addresses.HEAD_REWRITTEN)
 
 
 # The heads the lane may replace itself (see ``lane_heads``).
