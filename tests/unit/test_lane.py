@@ -463,6 +463,34 @@ def test_plain_requests_in_whole_reads_never_leave_the_lane(log_requests: float)
     assert side.client.data == b"".join(_answer(r) for r in reqs)
 
 
+HEADER_TAGS = {3: b"x" * 20, 7: b""}
+
+
+@compiled_only
+@pytest.mark.parametrize(
+    ("version", "tagged"),
+    [(3, None), (8, None), (9, None), (9, HEADER_TAGS), (11, HEADER_TAGS), (13, HEADER_TAGS)],
+)
+def test_the_lane_reads_acks_past_every_produce_header(
+    version: int, tagged: dict[int, bytes] | None
+) -> None:
+    """acks sits after the client id, from v9 the header's tagged fields, and the
+    transactional id: the lane takes the produces whose acks is not 0 and leaves those
+    with acks=0 to the Python path. (Misread, acks only ever sends a request the
+    Python path's way or keeps it in the lane; this checks it is read right.)"""
+    side = Side(lane=True)
+    conn = side.conn
+    kept = [
+        produce(version, 1, acks=1, transactional_id=None, tagged=tagged),
+        produce(version, 2, acks=-1, transactional_id="txn-" + "t" * 130, tagged=tagged),
+        produce(version, 3, acks=1, transactional_id="txn", client_id=None, tagged=tagged),
+    ]
+    side.client_read(b"".join(r.frame for r in kept))
+    assert conn.lane_frames == 3 and conn.requests.frames == 0
+    side.client_read(produce(version, 4, acks=0, transactional_id="txn", tagged=tagged).frame)
+    assert conn.lane_frames == 3 and conn.requests.frames == 1
+
+
 @compiled_only
 def test_the_lane_takes_back_requests_once_the_python_path_is_done() -> None:
     """A FindCoordinator request (its answer gathered and rewritten) sends the lane's
