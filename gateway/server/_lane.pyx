@@ -150,49 +150,6 @@ cdef inline Py_ssize_t _frame_end(
     return pos + 4 + size
 
 
-cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept nogil:
-    """acks of a whole Produce request (``p`` at its api key, ``size`` bytes), or 0 when it
-    cannot be read here (then the Python path reads it, and says why if it is bad).
-    v3 on: v0-v2 have no transactional_id, and take the Python path."""
-    cdef Py_ssize_t pos = 8  # key, version, correlation id
-    cdef int64_t count, tag, length
-    cdef int i
-    if version < 3:
-        return 0
-    if pos + 2 > size:  # client_id: a nullable int16 string in every header version
-        return 0
-    length = _int16(p + pos)
-    if length < -1:
-        return 0
-    pos += 2 + (length if length > 0 else 0)
-    if version >= 9:  # header v2: tagged fields; then a compact nullable transactional_id
-        pos = _uvarint(p, pos, size, &count)
-        for i in range(count if pos >= 0 else 0):
-            pos = _uvarint(p, pos, size, &tag)
-            if pos < 0:
-                return 0
-            pos = _uvarint(p, pos, size, &length)
-            if pos < 0:
-                return 0
-            pos += length
-        if pos < 0:
-            return 0
-        pos = _uvarint(p, pos, size, &length)
-        if pos < 0:
-            return 0
-        pos += length - 1 if length > 0 else 0
-    else:  # a nullable int16 string
-        if pos + 2 > size:
-            return 0
-        length = _int16(p + pos)
-        if length < -1:
-            return 0
-        pos += 2 + (length if length > 0 else 0)
-    if pos + 2 > size:
-        return 0
-    return _int16(p + pos)
-
-
 # -- walking a response to its top-level tagged section --------------------------------------
 
 # Per api key, per version, the walk program of its responses (see PlainTable). Programs
@@ -262,6 +219,28 @@ cdef Py_ssize_t _skip_tags(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) n
             return -1
         pos += value
     return pos
+
+
+# -- a Produce request's acks (acks=0 takes the Python path) ---------------------------------
+
+cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept nogil:
+    """acks of a whole Produce request (``p`` at its api key, ``size`` bytes), or 0 when it
+    cannot be read here (then the Python path reads it, and says why if it is bad).
+    v3 on: v0-v2 have no transactional_id, and take the Python path."""
+    cdef Py_ssize_t pos
+    if version < 3:
+        return 0
+    # After key, version and correlation id: client_id, a nullable int16 string in every
+    # header version; from v9 (header v2) tagged fields, and the body's nullable
+    # transactional_id compact.
+    pos = _skip_blob(p, 8, size, False, 2)
+    if pos >= 0 and version >= 9:
+        pos = _skip_tags(p, pos, size)
+    if pos >= 0:
+        pos = _skip_blob(p, pos, size, version >= 9, 2)
+    if pos < 0 or pos + 2 > size:
+        return 0
+    return _int16(p + pos)
 
 
 cdef Py_ssize_t _walk(
