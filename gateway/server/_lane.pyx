@@ -342,17 +342,20 @@ cdef class PlainTable:
     # The versions whose responses' heads the lane may replace (see the module docstring).
     cdef int16_t head_low[KEYS]
     cdef int16_t head_high[KEYS]
-    # (api key, version) → the last head rewritten (addresses.LastHead), shared by all.
+    # (api key, version) → the last head rewritten (addresses.LastHead), shared by all,
+    # and the gateway's AddressBook: a head holds for the book it was rewritten for.
     cdef dict heads
+    cdef object book
 
-    def __init__(self, passthrough, first_rewritten, walks, headed, dict heads):
+    def __init__(self, passthrough, first_rewritten, walks, headed, dict heads, book):
         """``passthrough``: api key → (min, max) forwarded untouched; ``first_rewritten``:
         api key → the first version whose response the gateway rewrites; ``walks``:
         (api key, version) → the walk program of the forwarded versions whose responses
         are rewritten only when their top-level tagged section holds something
         (``dispatch.lane_walks``); ``headed``: api key → (min, max) forwarded whose
-        responses are rewritten in their head only (``dispatch.lane_heads``), and
-        ``heads`` the last head rewritten of each (``dispatch.LAST_HEADS``)."""
+        responses are rewritten in their head only (``dispatch.lane_heads``),
+        ``heads`` the last head rewritten of each (``dispatch.LAST_HEADS``), and
+        ``book`` the gateway's AddressBook (its router)."""
         cdef int key
         for key in range(KEYS):
             self.low[key], self.high[key] = 1, 0
@@ -362,6 +365,7 @@ cdef class PlainTable:
             if 0 <= key < KEYS and key != SASL_HANDSHAKE:
                 self.head_low[key], self.head_high[key] = low, high
         self.heads = heads
+        self.book = book
         for key, (low, high) in passthrough.items():
             if 0 <= key < KEYS and key != SASL_HANDSHAKE:
                 self.low[key] = low
@@ -422,9 +426,6 @@ cdef class Lane:
     # The request log's sampling (RequestLog.sampled), or None when there is no request
     # log: a sampled answer the lane forwards is logged through ``log_answer``.
     cdef public object log_sampled
-    # The connection's AddressBook (the gateway's router): a remembered head holds for
-    # the book it was rewritten for, at its generation (addresses.LastHead).
-    cdef public object book
     # What a read that replaced a head writes, in order (see ``_replace_head``).
     cdef list _pieces
     cdef Entry* _ring
@@ -565,12 +566,13 @@ cdef class Lane:
     cdef object _last_head(self, int key, int version, const uint8_t* frame, Py_ssize_t size):
         """The head the Python path last rewrote for (key, version) (addresses.LastHead),
         if ``frame`` (``size`` bytes) starts with it after its correlation id and it
-        holds for this connection's book; else None."""
-        head = self.lane_table.heads.get((key, version))
+        holds for the gateway's book at its generation now; else None."""
+        cdef PlainTable table = self.lane_table
+        head = table.heads.get((key, version))
         if head is None:
             return None
         book = head[2]
-        if book is not self.book or book.generation != head[3]:
+        if book is not table.book or book.generation != head[3]:
             return None
         original = <bytes>head[0]
         cdef Py_ssize_t length = PyBytes_GET_SIZE(original)

@@ -27,6 +27,7 @@ class PlainTable:
         walks: object,
         headed: object,
         heads: object,
+        book: object,
     ) -> None:
         pass
 
@@ -45,7 +46,6 @@ class Lane:
     every read handed to the Python path."""
 
     __slots__ = (
-        "book",
         "budget_on",
         "bytes_in",
         "bytes_out",

@@ -345,6 +345,7 @@ class Gateway:
             dispatch.lane_walks(passthrough),
             dispatch.lane_heads(passthrough),
             dispatch.LAST_HEADS,
+            self.router,
         )
         found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
         return found

@@ -241,7 +241,6 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
         self._folded_out = 0
-        self.book = gateway.router
         self.log_sampled = None
         if gateway.request_log is not None:
             self.inflight.observer = self._log_request

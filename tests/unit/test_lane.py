@@ -327,7 +327,8 @@ class Side:
         self.conn, self.client, self.upstream = connected(BytesTransport, log_requests=log_requests)
         if book is not None:  # both sides of a stream ask one book
             self.conn.gateway.router = book  # type: ignore[assignment]
-            self.conn.book = book
+            self.conn.gateway._negotiated.clear()  # a lane table made with this book
+            self.conn._negotiated(gateway_supported())
         self.lane = lane
         # The request log's lines (every request's, when log_requests is 1).
         self.logged: list[dict[str, object]] = []
