@@ -540,7 +540,6 @@ cdef class Lane:
                 break
             if entry.walk != NULL and not _tail_empty(entry.walk, buf, pos + 8, end):
                 break
-            head = None
             if entry.headed:
                 head = self._last_head(entry.key, entry.version, buf + pos, end - pos)
                 if head is None:
