@@ -1,18 +1,26 @@
-"""Fixtures that start REAL parts: ZooKeeper, a Tansu broker and the gateway.
+"""Fixtures that start REAL parts: ZooKeeper, Apache Kafka or Tansu, and the gateway.
 
 Scopes follow one rule: share what no test changes, isolate what a test may break.
 
 * ``broker`` is session-scoped: topics are per test (``unique_topic``) so sharing is
   safe and saves a start per test. It advertises an unresolvable host, so a client
-  works only if the gateway rewrote every broker address.
+  works only if the gateway rewrote every broker address. Which broker it is, is the
+  suite's parameter ``KAFKA_GATEWAY_TEST_BROKER``:
+
+  - unset or ``kafka``: Apache Kafka 4.x (newest that resolves), KRaft combined mode;
+  - ``kafka-3.9`` (or any ``kafka-X.Y.Z``): that Apache Kafka; before 4.0 in ZooKeeper
+    mode, against the session's ZooKeeper;
+  - ``tansu``: Tansu, the Rust re-implementation;
+  - ``host:port``: a broker the user runs; tests that must stop it skip.
+
+* ``tansu_broker`` is the session's Tansu, for the tests about Tansu's own deviations
+  (it answers acks=0 produces, lacks ConsumerGroupHeartbeat, ...); they keep Tansu
+  whatever the parameter says.
 * ``isolated_broker``/``broker_factory`` give a test its own Tansu it may stop/start.
 * ``zookeeper`` is function-scoped (outage tests kill it; feature tests write znodes);
   ``shared_zookeeper`` is the session-wide one for tests that only need *a* server.
 * ``gateway``/``gateway_factory`` are function-scoped: each test gets its own log file
   to grep, and teardown checks the gateway exits 0 on SIGTERM.
-
-``KAFKA_GATEWAY_TEST_BROKER=host:port`` replaces Tansu with a broker the user runs (for
-example Apache Kafka); tests that must stop the broker or rely on Tansu's quirks skip.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Literal
 
 import pytest
 
+from gateway.server.apache_kafka import is_zookeeper_mode
 from tests.harness import (
     UNREACHABLE_HOST,
     Broker,
@@ -36,16 +45,37 @@ from tests.harness import (
     TansuBroker,
     ZooKeeperProcess,
 )
+from tests.harness.apache_kafka import KRAFT_VERSION, ApacheKafkaBroker
 from tests.harness.prometheus import PrometheusProcess
 from tests.harness.tools import MISSING_TOOL, OPTIONAL_TOOLS, find_tool, missing_tool_reason
 
 EXTERNAL_BROKER_ENV = "KAFKA_GATEWAY_TEST_BROKER"
 
 
+def test_broker_choice() -> str:
+    """KAFKA_GATEWAY_TEST_BROKER as given: "kafka" (the default), "kafka-X.Y.Z", "tansu"
+    or a user's "host:port"."""
+    return os.environ.get(EXTERNAL_BROKER_ENV, "").strip() or "kafka"
+
+
+def apache_kafka_version() -> str | None:
+    """The Apache Kafka version the session broker runs, or None (Tansu or external)."""
+    choice = test_broker_choice()
+    if choice == "kafka":
+        return KRAFT_VERSION
+    if choice.startswith("kafka-"):
+        version = choice.removeprefix("kafka-")
+        # "kafka-3.9" means the newest 3.9 this project knows.
+        return {"3.9": "3.9.2", "4": KRAFT_VERSION}.get(version, version)
+    return None
+
+
 def external_broker_address() -> str | None:
-    """The user's broker from KAFKA_GATEWAY_TEST_BROKER, or None to use Tansu."""
-    value = os.environ.get(EXTERNAL_BROKER_ENV, "").strip()
-    return value or None
+    """The user's broker from KAFKA_GATEWAY_TEST_BROKER (``host:port``), or None."""
+    choice = test_broker_choice()
+    if choice == "tansu" or choice == "kafka" or choice.startswith("kafka-"):
+        return None
+    return choice
 
 
 def skip_if_external_broker(reason: str) -> None:
@@ -66,6 +96,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     address = external_broker_address()
     if address:
         return [f"broker: external {address} ({EXTERNAL_BROKER_ENV})"]
+    version = apache_kafka_version()
+    if version is not None:
+        mode = "ZooKeeper mode" if is_zookeeper_mode(version) else "KRaft"
+        return [f"broker: Apache Kafka {version} ({mode}) advertising {UNREACHABLE_HOST}"]
     return [f"broker: Tansu (memory storage) advertising {UNREACHABLE_HOST}"]
 
 
@@ -194,15 +228,43 @@ def shared_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """The session's broker: Tansu advertising an unresolvable host, or the external one."""
+def broker(request: pytest.FixtureRequest) -> Broker:
+    """The session's broker (KAFKA_GATEWAY_TEST_BROKER), advertising an unresolvable host."""
     address = external_broker_address()
     if address is not None:
         external = ExternalBroker(address)
         external.check_reachable()
-        yield external
-        return
-    tansu = TansuBroker(tmp_path_factory.mktemp("broker"), advertised_host=UNREACHABLE_HOST)
+        return external
+    if apache_kafka_version() is None:
+        return request.getfixturevalue("tansu_broker")
+    return request.getfixturevalue("apache_kafka")
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(request: pytest.FixtureRequest) -> Iterator[ApacheKafkaBroker]:
+    """Apache Kafka for the session: the parameter's version, else 4.x (KRaft).
+
+    One broker per test run: a JVM start costs seconds on a 2-core box. Tests that need
+    Apache Kafka whatever the parameter says (features merged from a KRaft broker, the
+    real kafka-features.sh) ask for this fixture by name.
+    """
+    version = apache_kafka_version() or KRAFT_VERSION
+    tmp = request.getfixturevalue("tmp_path_factory").mktemp("apache-kafka")
+    zookeeper = None
+    if is_zookeeper_mode(version):
+        zookeeper = request.getfixturevalue("shared_zookeeper").connect_string
+    kafka = ApacheKafkaBroker(tmp, version=version, zookeeper=zookeeper)
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
+    """The session's Tansu, for tests about Tansu's own behaviour (whatever the parameter)."""
+    tansu = TansuBroker(tmp_path_factory.mktemp("tansu"), advertised_host=UNREACHABLE_HOST)
     tansu.start()
     try:
         yield tansu

@@ -558,6 +558,8 @@ class Broker(Protocol):
     external: bool
     #: Host the broker advertises in Metadata; None when unknown (external).
     advertised_host: str | None
+    #: The broker's node id (Tansu: 111, Apache Kafka here: 1); None when unknown.
+    node_id: int | None
 
     @property
     def bootstrap(self) -> str: ...
@@ -640,6 +642,7 @@ class ExternalBroker:
 
     external = True
     advertised_host: str | None = None
+    node_id: int | None = None
 
     def __init__(self, address: str) -> None:
         self.host, self.port = parse_host_port(address)

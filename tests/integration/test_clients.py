@@ -36,7 +36,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import require_tool
 from tests.harness import (
-    TANSU_NODE_ID,
     UNREACHABLE_HOST,
     Broker,
     GatewayProcess,
@@ -650,7 +649,7 @@ def test_describe_cluster(
     assert brokers, "no brokers described"
     assert {(b.host, b.port) for b in brokers} == {(gateway.host, gateway.port)}
     if not broker.external:
-        assert [b.node_id for b in brokers] == [TANSU_NODE_ID]
+        assert [b.node_id for b in brokers] == [broker.node_id]
     client_log.assert_clean()
 
 
