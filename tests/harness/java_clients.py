@@ -1,0 +1,182 @@
+"""Apache Kafka's Java client (kafka-clients 4.x) as a test part: the probe program.
+
+``tests/clients/java`` holds a small Java program (``kafkagateway.probe.Main``) that runs
+one client scenario (produce, consume, transactions, admin, share) and prints what it saw
+as JSON lines. This module builds it with Maven from the repository's ``pom.xml`` into
+``$XDG_CACHE_HOME/kafka-gateway/java-client-probe-<hash>`` (``~/.cache`` by default),
+where the hash covers the pom and every source file: one compile per source change,
+shared by every session and by parallel runs (a file lock, as for Apache Kafka's jars).
+Nothing is written into the repository.
+
+Kept free of pytest: a missing ``mvn``/``javac``/``java`` raises ``JavaToolMissing``,
+which the tests turn into a skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.server.apache_kafka import _locked, cache_root
+
+from .procs import HarnessError
+
+PROBE_DIR = Path(__file__).resolve().parents[1] / "clients" / "java"
+MAIN_CLASS = "kafkagateway.probe.Main"
+_STAMP = ".complete"
+
+#: The tools the probe needs, and how to get them (Debian package names).
+TOOLS = {
+    "mvn": "apt-get install maven",
+    "javac": "apt-get install openjdk-17-jdk-headless",
+    "java": "apt-get install openjdk-17-jre-headless",
+}
+
+#: A client JVM on a 2-core box: small heap, C1 only (starts in well under a second), and
+#: the client's own log at WARN on stderr (its INFO lines run to hundreds per scenario).
+JVM_OPTIONS = (
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    "-Dorg.slf4j.simpleLogger.logFile=System.err",
+)
+
+
+class JavaToolMissing(HarnessError):
+    """A tool the probe needs is not on PATH; ``tool`` names it, the message says how to
+    install it."""
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(f"{tool} ({TOOLS[tool]}); the Java client probe needs it")
+        self.tool = tool
+
+
+def sources_hash() -> str:
+    """A hash of the probe's pom and sources: the cache key of a build."""
+    digest = hashlib.sha256()
+    files = [PROBE_DIR / "pom.xml", *sorted((PROBE_DIR / "src").rglob("*.java"))]
+    for path in files:
+        digest.update(str(path.relative_to(PROBE_DIR)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise JavaToolMissing(name)
+    return found
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One run of the probe: its events (JSON lines, in order), exit code and client log."""
+
+    argv: list[str]
+    events: list[dict[str, Any]]
+    returncode: int
+    stderr: str
+    seconds: float
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        """Every event named ``event``."""
+        return [e for e in self.events if e["event"] == event]
+
+    def one(self, event: str) -> dict[str, Any]:
+        """The single event named ``event``; fails with everything the probe said if not."""
+        found = self.of(event)
+        assert len(found) == 1, f"expected one {event!r} event\n{self.describe()}"
+        return found[0]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return self.of("error")
+
+    def values(self, how: str) -> list[str]:
+        """The values of the records read ``how`` (group, read_committed, share, ...)."""
+        return [e["value"] for e in self.of("record") if e["how"] == how]
+
+    def describe(self) -> str:
+        """The run for an assertion message: events, then the tail of the client's log."""
+        events = "\n".join(json.dumps(e) for e in self.events)
+        log = "\n".join(self.stderr.splitlines()[-40:])
+        return f"$ {' '.join(self.argv[-12:])}\n{events}\n--- client log (tail) ---\n{log}"
+
+
+@dataclass
+class JavaProbe:
+    """The built probe: ``run(scenario, bootstrap, **options)`` runs one scenario."""
+
+    classpath: str
+    java: str
+    runs: list[ProbeRun] = field(default_factory=list)
+
+    def run(
+        self,
+        scenario: str,
+        bootstrap: str,
+        *,
+        timeout: float = 60.0,
+        **options: str | int,
+    ) -> ProbeRun:
+        """Run ``scenario`` against ``bootstrap``; options become ``--name value``
+        (underscores in names turn into dashes). Raises if the probe itself fails (exit
+        code not 0, or no ``done`` event); a failed client call is an ``error`` event."""
+        argv = [self.java, *JVM_OPTIONS, "-cp", self.classpath, MAIN_CLASS, scenario]
+        argv += ["--bootstrap", bootstrap]
+        for name, value in options.items():
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+            raise HarnessError(
+                f"Java probe {scenario} ran past {timeout} s\n{out}\n--- log ---\n{err[-4000:]}"
+            ) from None
+        events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        run = ProbeRun(argv, events, done.returncode, done.stderr, time.monotonic() - started)
+        self.runs.append(run)
+        if done.returncode != 0 or not run.of("done"):
+            raise HarnessError(f"Java probe {scenario} exited {done.returncode}\n{run.describe()}")
+        return run
+
+
+def build(env: Mapping[str, str] | None = None) -> JavaProbe:
+    """The probe built from the repository's sources (Maven, on first use per hash)."""
+    mvn, java = _tool("mvn"), _tool("java")
+    _tool("javac")
+    target = cache_root() / f"java-client-probe-{sources_hash()}"
+    classpath = f"{target / 'build' / 'classes'}:{target / 'lib'}/*"
+    if (target / _STAMP).exists():
+        return JavaProbe(classpath, java)
+    with _locked(target.with_suffix(".lock")):
+        if not (target / _STAMP).exists():
+            shutil.rmtree(target, ignore_errors=True)
+            argv = [
+                mvn, "-q", "-B", "-f", str(PROBE_DIR / "pom.xml"),
+                f"-Dprobe.build.dir={target / 'build'}",
+                "compile", "dependency:copy-dependencies",
+                "-DincludeScope=runtime", f"-DoutputDirectory={target / 'lib'}",
+            ]  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+            if done.returncode != 0:
+                tail = (done.stdout + done.stderr).strip().splitlines()[-20:]
+                raise HarnessError(
+                    f"Maven could not build the Java client probe (exit {done.returncode}); "
+                    "is Maven Central reachable (a proxy in ~/.m2/settings.xml)?\n"
+                    + "\n".join(tail)
+                )
+            (target / _STAMP).write_text(sources_hash() + "\n")
+    return JavaProbe(classpath, java)
