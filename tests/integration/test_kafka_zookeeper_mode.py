@@ -1,0 +1,463 @@
+"""Apache Kafka 3.9 in ZooKeeper mode on the ZooKeeper ensemble the gateways use (issue 30).
+
+Kafka 3.x in ZooKeeper mode is where the FeatureZNode layout the gateway keeps comes from
+(``gateway/features/znode.py``): under its chroot the broker keeps the finalized features
+in ``/feature`` (the epoch is the znode's data version) and registers itself in
+``/brokers/ids/<id>`` with the features it supports. The tests here hold the gateway's
+reader and writer against Kafka's own:
+
+* Kafka writes ``/feature`` and reports it in ApiVersions; ``featurectl describe`` pointed
+  at the broker's chroot must read the same levels and epoch.
+* The znode featurectl's writer (``FeatureStore.write``) produces is read by Kafka, which
+  reports its new epoch; a finalized level Kafka cannot serve makes a 3.9 broker exit,
+  and Kafka's controller rewrites the gateway's version-1 znode in its version-2 layout.
+* Clients of the classic protocol generations (librdkafka, kafka-python, aiokafka) work
+  through a gateway in front of the 3.9 broker, which advertises an unresolvable host, so
+  every address a client follows must have been rewritten.
+
+Facts from Kafka 3.9.2's source these tests rely on (``kafka_2.13-3.9.2-sources.jar``):
+
+* ``KafkaServer``: ``val brokerFeatures = BrokerFeatures.createEmpty()``: a ZooKeeper-mode
+  broker supports no feature, registers ``"features":{}`` and reports no SupportedFeatures.
+* ``FinalizedFeatureChangeListener``: a ``/feature`` with a level the broker does not
+  support is a ``FeatureCacheUpdateException`` and then ``throw new FatalExitError(1)``
+  ("The broker will eventually exit."); at startup the same check fails the start.
+* ``KafkaController.enableFeatureVersioning``: the controller rewrites an existing
+  ``/feature`` as ``FeatureZNode(IBP, Enabled, features)`` (version 2 from IBP 3.3) when
+  it differs, which bumps the epoch.
+
+One broker serves the module; the test that makes a broker exit has its own.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
+from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest as FindCoordinatorV1
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
+from kio.schema.metadata.v1.request import MetadataRequest as MetadataV1
+from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
+from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+from kio.static.primitive import i8, i16, i32, i32Timedelta
+
+from gateway.features.catalogue import load_catalogue
+from gateway.features.store import FeatureStore, make_client
+from gateway.features.znode import Finalized, decode_feature_znode
+from gateway.server.apache_kafka import ZOOKEEPER_MODE_VERSION
+from tests.conftest import GatewayFactory
+from tests.harness import (
+    UNREACHABLE_HOST,
+    GatewayProcess,
+    HarnessError,
+    KafkaConnection,
+    ZooKeeperProcess,
+)
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.kafka_wire import Features, parse_features
+from tests.integration.test_clients import DRIVERS, ClientDriver, ClientLog, client_log
+from tests.integration.test_featurectl import assert_ok, featurectl
+from tests.integration.test_features import wait_for
+
+__all__ = ["client_log"]  # a fixture of test_clients, used here by name
+
+INVALID_REQUEST = 42
+UNSUPPORTED_VERSION = 35
+CONSUMER_GROUP_HEARTBEAT = 68
+#: How long a 3.9 broker may take to act on a /feature change (it reacts in well under 1 s).
+FEATURE_CHANGE_S = 15.0
+#: The level the write tests finalize: transaction.version 1 gates no API version in the
+#: gateway's catalogue, so every gateway supports it, and no 3.9 ZooKeeper-mode broker does.
+DOOMED_FEATURE, DOOMED_LEVEL = "transaction.version", 1
+#: Metadata v12 for the brokers and controller only (no topics).
+BROKERS_ONLY = MetadataV12(
+    topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+)
+
+
+@dataclass(frozen=True)
+class ZooKeeperModeKafka:
+    """A 3.9 broker in ZooKeeper mode and the operator's view of its chroot."""
+
+    broker: ApacheKafkaBroker
+    zookeeper: str  # connect string of the ensemble, without the broker's chroot
+    store: FeatureStore  # the gateway's store on the broker's chroot
+    #: ``/feature`` as Kafka wrote it when it started: (data, data version).
+    first_feature_znode: tuple[bytes, int]
+
+    @property
+    def chroot(self) -> str:
+        assert self.broker.chroot is not None
+        return self.broker.chroot
+
+    def featurectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """featurectl (a subprocess, as an operator runs it) on the broker's chroot."""
+        return featurectl(*args, "--zookeeper", self.zookeeper, "--chroot", self.chroot)
+
+
+def start_kafka(workdir: Path, zookeeper: ZooKeeperProcess, name: str) -> ApacheKafkaBroker:
+    """Kafka 3.9 in ZooKeeper mode under a chroot of its own, advertising an unresolvable host."""
+    broker = ApacheKafkaBroker(
+        workdir, version=ZOOKEEPER_MODE_VERSION, zookeeper=zookeeper.connect_string, name=name
+    )
+    broker.start()
+    return broker
+
+
+@pytest.fixture(scope="module")
+def kafka39(
+    shared_zookeeper: ZooKeeperProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ZooKeeperModeKafka]:
+    """The module's 3.9 broker on the session's ZooKeeper (no test here changes its levels)."""
+    broker = start_kafka(tmp_path_factory.mktemp("kafka-zk"), shared_zookeeper, "kafka-3.9")
+    client = make_client(shared_zookeeper.connect_string)
+    try:
+        client.start(timeout=15)
+        store = FeatureStore(client, broker.chroot or "")
+        data, stat = client.get(store.paths.feature)
+        yield ZooKeeperModeKafka(
+            broker, shared_zookeeper.connect_string, store, (data, stat.version)
+        )
+    finally:
+        client.stop()
+        client.close()
+        broker.stop()
+
+
+def broker_features(broker: ApacheKafkaBroker) -> Features:
+    """The broker's own KIP-584 answer: ApiVersions v3 straight to it (no gateway)."""
+    with KafkaConnection(broker.host, broker.port) as conn:
+        answer = conn.api_versions(version=3)
+    assert answer.error_code == 0, answer
+    return parse_features(answer)
+
+
+def finalized_levels(features: Features) -> dict[str, int]:
+    return {name: high for name, (_, high) in features.finalized.items()}
+
+
+def described(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """The JSON document of a successful ``featurectl describe --output json``."""
+    assert_ok(result)
+    document: dict[str, object] = json.loads(result.stdout)
+    return document
+
+
+# --------------------------------------------------------------------------------------
+# 1. featurectl reads the FeatureZNode Kafka wrote
+# --------------------------------------------------------------------------------------
+
+
+def test_kafka_writes_a_feature_znode_the_gateway_decodes(kafka39: ZooKeeperModeKafka) -> None:
+    """At start the 3.9 controller creates ``/feature`` (FeatureZNode v2: no
+    min_version_level) with status enabled; ``decode_feature_znode`` reads it."""
+    data, version = kafka39.first_feature_znode
+    doc = json.loads(data)
+    assert doc["version"] == 2 and doc["status"] == 1, doc
+    levels = {name: value["max_version_level"] for name, value in doc["features"].items()}
+    assert decode_feature_znode(data, version) == Finalized(levels, version)
+
+
+def test_featurectl_describe_reads_the_brokers_feature_znode(kafka39: ZooKeeperModeKafka) -> None:
+    """featurectl on the broker's chroot reports the epoch and levels the broker itself
+    reports in ApiVersions v3 (FinalizedFeaturesEpoch, FinalizedFeatures).
+
+    The epoch is the znode's data version: a featurectl that read another path would say
+    -1 (never finalized), the broker says 0 or more.
+    """
+    own = broker_features(kafka39.broker)
+    document = described(kafka39.featurectl("describe", "--output", "json"))
+    assert own.epoch >= 0
+    assert document["epoch"] == own.epoch == kafka39.store.read().epoch
+    rows = document["features"]
+    assert isinstance(rows, list)
+    levels = {row["feature"]: row["finalized_version_level"] for row in rows}
+    assert {name: level for name, level in levels.items() if level} == finalized_levels(own)
+    # Kafka's brokers register under /brokers/ids, not as gateways: featurectl sees none.
+    assert document["gateways"] == []
+
+
+def test_broker_registers_the_features_it_reports(kafka39: ZooKeeperModeKafka) -> None:
+    """``/brokers/ids/<id>`` lists the same supported features as ApiVersions: none in 3.9
+    ZooKeeper mode (``BrokerFeatures.createEmpty()``), so any finalized level is one the
+    broker cannot serve."""
+    broker = kafka39.broker
+    data, _ = kafka39.store.client.get(f"{kafka39.chroot}/brokers/ids/{broker.node_id}")
+    registered = {
+        name: (r["min_version"], r["max_version"])
+        for name, r in json.loads(data)["features"].items()
+    }
+    assert registered == broker_features(broker).supported
+    assert registered == {}, "a 3.9 ZooKeeper-mode broker now supports features: see the tests"
+
+
+# --------------------------------------------------------------------------------------
+# 2. The layout against Kafka's writer and reader
+# --------------------------------------------------------------------------------------
+
+
+def test_kafka_reads_the_znode_featurectls_writer_writes(kafka39: ZooKeeperModeKafka) -> None:
+    """``FeatureStore.write`` (featurectl's writer: FeatureZNode v1 with min_version_level,
+    a compare-and-set on the epoch) is read by the broker, which reports the new epoch.
+
+    The levels written are the ones already there: a 3.9 broker serves no feature, and a
+    level would stop it (see the next test). featurectl itself has no command that writes
+    an unchanged set, so its writer is called directly.
+    """
+    before = kafka39.store.read()
+    assert broker_features(kafka39.broker).epoch == before.epoch
+    new_epoch = kafka39.store.write(dict(before.levels), expected_epoch=before.epoch)
+    data, stat = kafka39.store.client.get(kafka39.store.paths.feature)
+    assert (json.loads(data)["version"], stat.version) == (1, new_epoch)
+    after = wait_for(
+        lambda: (f := broker_features(kafka39.broker)).epoch == new_epoch and f,
+        FEATURE_CHANGE_S,
+        f"the broker to report epoch {new_epoch}",
+    )
+    assert finalized_levels(after) == dict(before.levels)
+    assert described(kafka39.featurectl("describe", "--output", "json"))["epoch"] == new_epoch
+
+
+def test_kafka_refuses_every_catalogue_feature_in_update_features(
+    kafka39: ZooKeeperModeKafka,
+) -> None:
+    """Kafka's own writer, UpdateFeatures to its controller, refuses each feature the
+    gateway's catalogue knows (INVALID_REQUEST, "the provided feature is not supported")
+    and leaves ``/feature`` as it was."""
+    before = kafka39.store.read()
+    names = sorted(load_catalogue())
+    request = UpdateFeaturesRequest(
+        feature_updates=tuple(
+            FeatureUpdateKey(feature=name, max_version_level=i16(1)) for name in names
+        )
+    )
+    with KafkaConnection(kafka39.broker.host, kafka39.broker.port) as conn:
+        response = conn.request_entity(request)
+    assert response.error_code == 0
+    results = {r.feature: (r.error_code, r.error_message) for r in response.results}
+    assert set(results) == set(names)
+    for name, (code, message) in results.items():
+        assert code == INVALID_REQUEST, (name, code, message)
+        assert "provided feature is not supported" in (message or ""), (name, message)
+    assert kafka39.store.read() == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="featurectl validates against <chroot>/gateways/ids only, not the Kafka brokers "
+    "in <chroot>/brokers/ids, so it accepts a level a ZooKeeper-mode broker cannot serve "
+    "(and the broker then exits, see test_a_level_kafka_cannot_serve_stops_the_broker)",
+)
+def test_featurectl_refuses_a_level_the_brokers_in_the_chroot_cannot_serve(
+    kafka39: ZooKeeperModeKafka, gateway_factory: GatewayFactory
+) -> None:
+    """A gateway sharing the broker's chroot vouches for a level; Kafka's controller
+    would refuse it (no live broker supports it), and so should featurectl.
+
+    ``--dry-run``: nothing is written, so the module's broker survives either way.
+    """
+    gateway_factory(
+        "--zookeeper",
+        kafka39.zookeeper,
+        "--zookeeper-chroot",
+        kafka39.chroot,
+        upstream=kafka39.broker.bootstrap,
+    )
+    wait_for(kafka39.store.registrations, what="the gateway's registration")
+    before = kafka39.store.read()
+    result = kafka39.featurectl(
+        "finalize", "--feature", f"{DOOMED_FEATURE}={DOOMED_LEVEL}", "--dry-run"
+    )
+    assert kafka39.store.read() == before
+    assert result.returncode == 1, result.stdout + result.stderr
+
+
+def test_a_level_kafka_cannot_serve_stops_the_broker(
+    shared_zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> None:
+    """What a finalized level written by featurectl's writer does to a 3.9 broker.
+
+    1. Kafka reads it (its log names the level and featurectl's new epoch) and, as it
+       supports no feature, exits with code 1 (FatalExitError).
+    2. Restarted with the level still there, it refuses to start.
+    3. With the level removed (featurectl's writer again, v1 layout) it starts; its
+       controller rewrites ``/feature`` in its own v2 layout, one epoch later, which the
+       broker reports and ``featurectl describe`` reads back.
+    """
+    broker = start_kafka(tmp_path, shared_zookeeper, "kafka-3.9-doomed")
+    client = make_client(shared_zookeeper.connect_string)
+    client.start(timeout=15)
+    try:
+        store = FeatureStore(client, broker.chroot or "")
+        start = store.read()
+        epoch = store.write(
+            {**start.levels, DOOMED_FEATURE: DOOMED_LEVEL}, expected_epoch=start.epoch
+        )
+        wait_for(lambda: not broker.running, FEATURE_CHANGE_S, "the broker to exit")
+        assert broker.returncode == 1
+        log = broker.log_text()
+        assert f"{{feature={DOOMED_FEATURE}, reason='Unsupported feature'}}" in log
+        assert (
+            f"finalizedFeatures={{{DOOMED_FEATURE}={DOOMED_LEVEL}}}, finalizedFeaturesEpoch={epoch}"
+        ) in log
+        assert "The broker will eventually exit." in log
+
+        with pytest.raises(HarnessError, match="exited with code 1 before it was ready"):
+            broker.start()
+        assert store.read().epoch == epoch  # a failed start writes nothing
+
+        cleared = store.write(dict(start.levels), expected_epoch=epoch)
+        broker.start()
+        rewritten = cleared + 1
+        wait_for(
+            lambda: store.read().epoch == rewritten, FEATURE_CHANGE_S, "the controller's rewrite"
+        )
+        data, _ = client.get(store.paths.feature)
+        assert json.loads(data)["version"] == 2, data
+        own = wait_for(
+            lambda: (f := broker_features(broker)).epoch == rewritten and f,
+            FEATURE_CHANGE_S,
+            f"the broker to report epoch {rewritten}",
+        )
+        assert finalized_levels(own) == dict(start.levels)
+        document = described(
+            featurectl(
+                "describe",
+                "--output",
+                "json",
+                "--zookeeper",
+                shared_zookeeper.connect_string,
+                "--chroot",
+                broker.chroot or "",
+            )
+        )
+        assert document["epoch"] == rewritten
+    finally:
+        client.stop()
+        client.close()
+        broker.stop()
+
+
+# --------------------------------------------------------------------------------------
+# 3. Classic clients through a gateway in front of the 3.9 broker
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gateway_chroot() -> str:
+    """The chroot of this test's gateway on the broker's ensemble."""
+    return f"/gateways-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def gateway39(
+    kafka39: ZooKeeperModeKafka, gateway_factory: GatewayFactory, gateway_chroot: str
+) -> GatewayProcess:
+    """A gateway in front of the 3.9 broker, gating features on the same ZooKeeper ensemble
+    (a chroot of its own, nothing finalized)."""
+    return gateway_factory(
+        "--zookeeper",
+        kafka39.zookeeper,
+        "--zookeeper-chroot",
+        gateway_chroot,
+        upstream=kafka39.broker.bootstrap,
+    )
+
+
+def test_premise_the_broker_advertises_an_unreachable_host(kafka39: ZooKeeperModeKafka) -> None:
+    """Without a gateway a client is sent to ``unreachable.invalid``."""
+    broker = kafka39.broker
+    with KafkaConnection(broker.host, broker.port) as conn:
+        metadata = conn.request_entity(BROKERS_ONLY)
+    assert [(b.host, b.port) for b in metadata.brokers] == [(UNREACHABLE_HOST, broker.port)]
+
+
+@pytest.mark.parametrize("client", DRIVERS, ids=lambda d: d.name)
+def test_classic_clients_produce_consume_in_a_group_and_describe(
+    client: ClientDriver,
+    gateway39: GatewayProcess,
+    kafka39: ZooKeeperModeKafka,
+    unique_topic: str,
+    client_log: ClientLog,
+) -> None:
+    """Create a topic (controller), produce acks=all (leader), consume in a classic group
+    (coordinator), commit, and describe the cluster: every address is the gateway's."""
+    bootstrap = gateway39.bootstrap
+    client.create_topic(bootstrap, unique_topic)
+    values = [f"{unique_topic}/{client.name}/{i}".encode() for i in range(6)]
+    client.produce(bootstrap, unique_topic, values, acks="all")
+    got, committed = client.consume_group(bootstrap, unique_topic, f"g-{unique_topic}", 6)
+    assert (got, committed) == (values, len(values))
+    brokers = client.describe_cluster(bootstrap)
+    assert [(b.node_id, b.host, b.port) for b in brokers] == [
+        (kafka39.broker.node_id, gateway39.host, gateway39.port)
+    ]
+    client_log.assert_clean()
+
+
+def test_metadata_and_find_coordinator_generations_name_the_gateway(
+    gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka, unique_topic: str
+) -> None:
+    """Metadata v1 (pre-flexible) and v12, FindCoordinator v1 (one coordinator) and v4
+    (batched) through the gateway: the 3.9 broker's answers, with its addresses rewritten."""
+    gateway = (gateway39.host, gateway39.port)
+    node = kafka39.broker.node_id
+    with KafkaConnection(*gateway) as conn:
+        old = conn.request_entity(MetadataV1(topics=None))
+        new = conn.request_entity(BROKERS_ONLY)
+        single = conn.request_entity(FindCoordinatorV1(key=f"g-{unique_topic}", key_type=i8(0)))
+        batched = conn.request_entity(
+            FindCoordinatorV4(key_type=i8(0), coordinator_keys=(f"g-{unique_topic}",))
+        )
+    for answer in (old, new):
+        assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(node, *gateway)]
+        assert answer.controller_id == node
+    assert (single.error_code, single.node_id, single.host, single.port) == (0, node, *gateway)
+    [coordinator] = batched.coordinators
+    assert (coordinator.error_code, coordinator.node_id) == (0, node)
+    assert (coordinator.host, coordinator.port) == gateway
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the gateway infers support from ApiVersions key ranges; a 3.9 ZooKeeper-mode "
+    "broker lists ConsumerGroupHeartbeat v0 but answers it UNSUPPORTED_VERSION, so the "
+    "gateway registers group.version 0-1",
+)
+def test_gateway_registers_only_levels_the_broker_serves(
+    gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka, gateway_chroot: str
+) -> None:
+    """The broker refuses ConsumerGroupHeartbeat (the consumer rebalance protocol is
+    KRaft-only in 3.9), so a gateway in front of it cannot serve group.version 1."""
+    broker = kafka39.broker
+    with KafkaConnection(broker.host, broker.port) as conn:
+        advertised = conn.api_versions(version=3).api_keys
+        request = ConsumerGroupHeartbeatRequest(
+            group_id="g-heartbeat", member_id="", member_epoch=i32(0),
+            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=30)),
+            subscribed_topic_names=("t",),
+            topic_partitions=(),
+        )  # fmt: skip
+        response = conn.request(CONSUMER_GROUP_HEARTBEAT, 0, request)
+    assert CONSUMER_GROUP_HEARTBEAT in advertised
+    # ConsumerGroupHeartbeatResponse v0: ThrottleTimeMs int32, then ErrorCode int16.
+    assert struct.unpack_from(">h", response.body, 4)[0] == UNSUPPORTED_VERSION
+    client = make_client(kafka39.zookeeper)
+    client.start(timeout=15)
+    try:
+        store = FeatureStore(client, gateway_chroot)
+        [registration] = wait_for(store.registrations, what="the gateway's registration")
+    finally:
+        client.stop()
+        client.close()
+    assert registration.features["group.version"][1] == 0, registration.features
