@@ -30,6 +30,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import (
+    BUSY_MACHINE_PCT,
     LOOPBACK,
     REPO_ROOT,
     BenchError,
@@ -108,8 +110,7 @@ def consume_main(bootstrap: str, topic: str, count: int, skip: int, timeout_s: f
     consumer.assign([partition])
     print("ready", flush=True)
     latencies: list[float] = []
-    received = 0
-    first = last = 0.0
+    received, first, last = 0, 0.0, 0.0
     deadline = time.monotonic() + timeout_s
     try:
         while received < count and time.monotonic() < deadline:
@@ -132,11 +133,9 @@ def consume_main(bootstrap: str, topic: str, count: int, skip: int, timeout_s: f
     latencies.sort()
     out: dict[str, Any] = {"received": received, "seconds": last - first}
     if latencies:
-        out |= {
-            "e2e_avg_ms": statistics.fmean(latencies),
-            "e2e_p50_ms": latencies[len(latencies) // 2],
-            "e2e_p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-        }
+        n = len(latencies)
+        out |= {"e2e_avg_ms": statistics.fmean(latencies), "e2e_p50_ms": latencies[n // 2],
+                "e2e_p99_ms": latencies[min(n - 1, int(n * 0.99))]}  # fmt: skip
     print(json.dumps(out), flush=True)
     return 0
 
@@ -202,6 +201,17 @@ def admin(bootstrap: str, *, create: str = "", delete: str = "") -> None:
     with contextlib.suppress(Exception):
         for future in client.delete_topics([delete], request_timeout=10).values() if delete else ():
             future.result(timeout=15)
+
+
+def check_paths(paths: dict[str, tuple[int, Service | None]]) -> None:
+    """Every path's Metadata names the path itself: a client never leaves the path it took."""
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    for path, (port, _) in paths.items():
+        brokers = AdminClient({"bootstrap.servers": f"{LOOPBACK}:{port}"}).list_topics(timeout=15)
+        seen = {(b.host, b.port) for b in brokers.brokers.values()}
+        if seen != {(LOOPBACK, port)}:
+            raise BenchError(f"{path}: Metadata says {seen}, not {LOOPBACK}:{port}")
 
 
 def start_proxies(
@@ -318,14 +328,12 @@ def measure(
 
 def _children_cpu() -> float:
     """CPU seconds of this process's reaped children: the producer JVM and the consumer."""
-    times = os.times()
-    return times.children_user + times.children_system
+    return os.times().children_user + os.times().children_system
 
 
 # --------------------------------------------------------------------------- report
 
-COLUMNS: tuple[tuple[str, str, str], ...] = (
-    # key, label, format
+COLUMNS: tuple[tuple[str, str, str], ...] = (  # key, label, format
     ("rps", "sent rec/s", "{:.0f}"),
     ("consumed_rps", "consumed rec/s", "{:.0f}"),
     ("pub_avg_ms", "publish avg ms", "{:.2f}"),
@@ -338,7 +346,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("client_cpu_pct", "clients CPU %", "{:.1f}"),
     ("other_cpu_pct", "other CPU %", "{:.1f}"),
 )
-DELTAS = ("pub_avg_ms", "pub_p99_ms", "e2e_avg_ms", "e2e_p99_ms")
+DELTAS = {"pub_avg_ms": "+publish avg ms", "pub_p99_ms": "+publish p99 ms",
+          "e2e_avg_ms": "+e2e avg ms", "e2e_p99_ms": "+e2e p99 ms"}  # fmt: skip
 
 
 def median_of(rounds: list[dict[str, Any]]) -> dict[str, float]:
@@ -376,7 +385,7 @@ def report(
         if direct is None:
             continue
         print("\nagainst direct (same run):")
-        header = ["path", "sent x direct", "consumed x direct"] + [f"+{k} ms" for k in DELTAS]
+        header = ["path", "sent x direct", "consumed x direct", *DELTAS.values()]
         rows = []
         for path, m in med.items():
             if path == "direct":
@@ -391,6 +400,8 @@ def report(
         if gw and hap and hap.get("proxy_cpu_ms_per_mib"):
             ratio = gw["proxy_cpu_ms_per_mib"] / hap["proxy_cpu_ms_per_mib"]
             print(f"gateway CPU per MB: {ratio:.2f}x haproxy's")
+        if max(m.get("other_cpu_pct", 0) for m in med.values()) > BUSY_MACHINE_PCT:
+            print(f"warning: other processes used over {BUSY_MACHINE_PCT:.0f}% of a core")
     for path, note in notes.items():
         print(f"{path}: {note}")
     print(f"\n{ANCHOR}")
@@ -437,12 +448,9 @@ def run(args: argparse.Namespace) -> int:
     with Stack(workdir) as stack:
         broker = start_broker(stack, node, broker_cpus)
         paths, notes = start_proxies(stack, args, node, (haproxy_port, via_haproxy))
-        print(
-            f"Apache Kafka {KRAFT_VERSION} on {node.bootstrap}; paths: "
-            + ", ".join(f"{p} :{port}" for p, (port, _) in paths.items())
-            + f"; layout {args.cpu_layout}; logs in {workdir}",
-            flush=True,
-        )
+        check_paths(paths)
+        ports = ", ".join(f"{p} :{port}" for p, (port, _) in paths.items())
+        print(f"Apache Kafka {KRAFT_VERSION}; {ports}; layout {args.cpu_layout}; logs in {workdir}")
         if args.broker_warmup:
             top = max(args.rates)
             warm = argparse.Namespace(**{**vars(args), "seconds": args.broker_warmup, "warmup": 0})
@@ -464,13 +472,9 @@ def run(args: argparse.Namespace) -> int:
                     finally:
                         admin(node.bootstrap, delete=topic)
                     results[rate][path].append(r)
-                    print(
-                        f"round {rnd + 1} {path} @ {rate}: sent {r['rps']:.0f}/s, publish "
-                        f"avg {r['pub_avg_ms']:.2f} ms p99 {r['pub_p99_ms']:.0f} ms, e2e avg "
-                        f"{r.get('e2e_avg_ms', float('nan')):.2f} ms, proxy CPU "
-                        f"{r['proxy_cpu_pct']:.1f}%",
-                        flush=True,
-                    )
+                    shown = ("rps", "pub_avg_ms", "pub_p99_ms", "e2e_avg_ms", "proxy_cpu_pct")
+                    line = ", ".join(f"{k} {r[k]:.2f}" for k in shown if k in r)
+                    print(f"round {rnd + 1} {path} @ {rate}: {line}", flush=True)
     summary = report(results, notes)
     if args.json:
         doc = {"started": started.isoformat(timespec="seconds"), "argv": sys.argv[1:],
@@ -478,8 +482,6 @@ def run(args: argparse.Namespace) -> int:
                "rounds": results, "notes": notes}  # fmt: skip
         args.json.write_text(json.dumps(doc, indent=1))
     if not args.keep:
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
