@@ -79,6 +79,8 @@ from .kafka import (
     split_address,
     update_features_range,
 )
+from .kafka_format import DESCRIBE_OUTPUTS
+from .kafka_format import describe_lines as kafka_describe_lines
 from .plan.commands import add_subcommands as add_planner_subcommands
 from .releases import release_table, release_updates
 
@@ -157,6 +159,10 @@ json (--output json): one document on stdout
   gateways   [{{"id", "listener", "upstream", "broker_software_name",
                "broker_software_version", "gateway_version", "metrics_url",
                "features": {{NAME: {{"min_version", "max_version"}}}}}}]
+
+kafka (--output kafka): kafka-features.sh describe's own lines (Apache Kafka 4.4), for
+scripts written for that tool: "Feature: NAME  SupportedMinVersion: N  ...  Epoch: E",
+only the features every live gateway (--bootstrap-server: the answering one) supports
 
 {_CONNECTION}
 
@@ -325,7 +331,7 @@ def _zookeeper_tls(args: argparse.Namespace) -> ZooKeeperTls | None:
     return ZooKeeperTls(*tls_files, check_hostname=args.zookeeper_tls_check_hostname)
 
 
-def _common_options() -> argparse.ArgumentParser:
+def _common_options(outputs: tuple[str, ...] = ("table", "json")) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("ZooKeeper and output")
     group.add_argument(
@@ -354,7 +360,7 @@ def _common_options() -> argparse.ArgumentParser:
         default=DEFAULT_TIMEOUT_S,
         help="how long to wait for the ZooKeeper or gateway connection [%(default)g]",
     )
-    group.add_argument("--output", choices=["table", "json"], default="table")
+    group.add_argument("--output", choices=list(outputs), default="table")
     _kafka_options(common.add_argument_group("Kafka protocol (instead of --zookeeper)"))
     return common
 
@@ -464,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe = add_command(
         commands,
         "describe",
-        parents=[common],
+        parents=[_common_options(DESCRIBE_OUTPUTS)],
         help_text="show supported and finalized feature levels and the live gateways",
         description=(
             "Show, per feature, the levels every live gateway can serve, the "
@@ -742,6 +748,10 @@ def _describe(args: argparse.Namespace) -> int:
                 f"(known: {', '.join(sorted(known))})",
             )
         rows = [row for row in rows if row.feature in args.feature]
+    if args.output == "kafka":
+        for line in kafka_describe_lines(rows, answering):
+            print(line)
+        return EXIT_OK
     if args.bootstrap_server is not None:
         return _print_described_by_gateway(args, finalized, rows, described)
     if args.output == "json":
