@@ -77,7 +77,8 @@ final class AdminProbe {
         Json.error("features", exc);
       }
       if (opts.has("topic")) {
-        topics(admin, opts.get("topic"), opts.getInt("partitions", 3));
+        createTopic(opts, opts.get("topic"));
+        topics(admin, opts.get("topic"));
       }
       if (opts.has("update-feature")) {
         String[] update = opts.get("update-feature").split("=", 2);
@@ -97,13 +98,20 @@ final class AdminProbe {
     }
   }
 
-  private static void topics(Admin admin, String topic, int partitions) {
-    try {
+  /** Create {@code topic} with {@code --partitions} partitions; false after an error event. */
+  static boolean createTopic(Main.Options opts, String topic) {
+    try (Admin admin = Admin.create(Main.common(opts, "admin"))) {
+      int partitions = opts.getInt("partitions", 3);
       admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
       Json.emit("topic_created", "topic", topic, "partitions", partitions);
+      return true;
     } catch (Exception exc) {
       Json.error("create_topics", exc);
+      return false;
     }
+  }
+
+  private static void topics(Admin admin, String topic) {
     try {
       Set<String> names = admin.listTopics().names().get();
       Json.emit("topics", "count", names.size(), "has_topic", names.contains(topic));

@@ -14,9 +14,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * The producing scenarios.
  *
  * <ul>
- *   <li>{@code produce --topic T --count N [--prefix P]}: an idempotent producer with
- *       acks=all sends records {@code k<i>}={@code P-<i>} and reports each one's partition
- *       and offset ({@code delivered}), then {@code produced}.
+ *   <li>{@code produce --topic T --count N [--prefix P] [--partitions K]}: an idempotent
+ *       producer with acks=all sends records {@code k<i>}={@code P-<i>} and reports each
+ *       one's partition and offset ({@code delivered}), then {@code produced}. With
+ *       {@code --partitions} the topic is created first (Admin), with K partitions.
  *   <li>{@code transactions --topic T --count N --transactional-id ID}: one transaction of
  *       N records {@code committed-<i>} is committed, a second of N {@code aborted-<i>} is
  *       aborted; then the topic is read to its end read_committed and read_uncommitted
@@ -42,6 +43,9 @@ final class Producing {
     String topic = opts.get("topic");
     String prefix = opts.get("prefix", "value");
     int count = opts.getInt("count", 10);
+    if (opts.has("partitions") && !AdminProbe.createTopic(opts, topic)) {
+      return;
+    }
     try (KafkaProducer<String, String> producer =
         new KafkaProducer<>(producerProps(opts, "producer"))) {
       if (!send(producer, topic, "k", prefix, count, "produce")) {

@@ -1,0 +1,454 @@
+"""Apache Kafka's Java client (kafka-clients 4.4) through the gateway in front of Apache
+Kafka 4.4, and KIP-848 gating with real clients (Java and librdkafka).
+
+The broker is the session's ``apache_kafka`` (KRaft), which advertises
+``unreachable.invalid``: every scenario succeeds only if the gateway rewrote each address
+the client followed (bootstrap, partition leaders, group and transaction coordinators).
+The Java side is the probe in ``tests/clients/java`` (one JVM per scenario, its results
+as JSON lines; ``tests/harness/java_clients.py``).
+
+Two kinds of gateway: a plain sidecar (no ZooKeeper: the broker's features pass through,
+so the client sees what Kafka 4.4 finalized, transaction.version=2 included), and a gated
+one (``--zookeeper``) whose own finalized levels decide which API versions clients get.
+The gated tests finalize a level with ``featurectl`` as an operator would and check that
+a new client then gets the feature, while the refused one failed cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.features.store import FeatureStore
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.java_clients import JavaProbe, JavaToolMissing, ProbeRun, build
+from tests.harness.kafka_wire import Features, parse_features
+from tests.harness.tools import MISSING_TOOL
+from tests.integration.conftest import CHROOT
+from tests.integration.test_clients import ConfluentDriver
+from tests.integration.test_features import wait_for
+
+PARTITIONS = 3
+RECORDS = 12
+TXN_RECORDS = 4
+CONSUMER_GROUP_HEARTBEAT = 68
+SHARE_GROUP_HEARTBEAT = 76
+#: How long a refused consumer gets to say so (Java throws within ~1.5 s on this box).
+REFUSAL_TIMEOUT_MS = 8000
+#: What librdkafka logs (debug=cgrp) when the broker has no ConsumerGroupHeartbeat; it
+#: reports nothing to the application (no error_cb, no poll error: it keeps retrying).
+LIBRDKAFKA_REFUSAL = "ConsumerGroupHeartbeatRequest not supported by broker"
+UNSUPPORTED_VERSION = "org.apache.kafka.common.errors.UnsupportedVersionException"
+
+
+@pytest.fixture(scope="module")
+def probe() -> JavaProbe:
+    """The Java probe, built once (cached across sessions by its sources' hash)."""
+    try:
+        return build()
+    except JavaToolMissing as exc:
+        pytest.skip(f"{MISSING_TOOL}{exc}")
+
+
+@pytest.fixture
+def sidecar(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
+    """A plain sidecar gateway (no feature gating) in front of Apache Kafka."""
+    return gateway_factory(upstream=apache_kafka.bootstrap, metrics=True)
+
+
+def start_gated(
+    factory: GatewayFactory,
+    kafka: ApacheKafkaBroker,
+    zookeeper: ZooKeeperProcess,
+    *extra: str,
+    name: str = "gw-gated",
+) -> GatewayProcess:
+    """A gateway gating features with the built-in catalogue, its levels in ``zookeeper``."""
+    return factory(
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--zookeeper-chroot",
+        CHROOT,
+        "--gateway-id",
+        name,
+        *extra,
+        upstream=kafka.bootstrap,
+        metrics=True,
+        name=name,
+    )
+
+
+@pytest.fixture
+def gated(
+    gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker, zookeeper: ZooKeeperProcess
+) -> GatewayProcess:
+    """A gated gateway with nothing finalized in its ZooKeeper yet."""
+    return start_gated(gateway_factory, apache_kafka, zookeeper)
+
+
+def gateway_requests(gw: GatewayProcess) -> dict[str, set[int]]:
+    """The API versions clients sent through ``gw``, by API name (from /metrics)."""
+    text = urllib.request.urlopen(gw.metrics_url, timeout=5).read().decode()
+    seen: dict[str, set[int]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kafka_gateway_requests_total" and sample.value > 0:
+                api, version = sample.labels["api"], int(sample.labels["api_version"])
+                seen.setdefault(api, set()).add(version)
+    return seen
+
+
+def api_versions(host: str, port: int) -> tuple[Features, dict[int, tuple[int, int]]]:
+    """Features and API ranges from one ApiVersions v4 exchange (what clients parse)."""
+    with KafkaConnection(host, port) as conn:
+        answer = conn.api_versions(4)
+    assert answer.error_code == 0
+    return parse_features(answer), answer.api_keys
+
+
+def finalize(zookeeper: ZooKeeperProcess, feature: str) -> None:
+    """``featurectl finalize --feature NAME=LEVEL``, as an operator runs it."""
+    argv = [sys.executable, "-m", "featurectl", "finalize", "--zookeeper"]
+    argv += [zookeeper.connect_string, "--chroot", CHROOT, "--feature", feature]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"featurectl exited {done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def wait_advertised(gw: GatewayProcess, api_key: int) -> None:
+    """Until ``gw`` offers ``api_key`` in ApiVersions (its ZooKeeper watch has fired)."""
+    wait_for(
+        lambda: api_key in api_versions(gw.host, gw.port)[1],
+        what=f"{gw.name} offering API key {api_key}",
+    )
+
+
+def assert_healthy(gw: GatewayProcess) -> None:
+    """The gateway still runs and never logged a traceback."""
+    assert gw.running, gw.log_tail()
+    assert "Traceback" not in gw.log_text(), gw.log_tail()
+
+
+def produce(probe: JavaProbe, gw: GatewayProcess, topic: str, prefix: str) -> ProbeRun:
+    """RECORDS records ``k<i>`` = ``<prefix>-<i>`` into a new topic of PARTITIONS partitions."""
+    run = probe.run(
+        "produce", gw.bootstrap, topic=topic, count=RECORDS, prefix=prefix, partitions=PARTITIONS
+    )
+    assert not run.errors, run.describe()
+    return run
+
+
+def expected(prefix: str, count: int = RECORDS) -> list[str]:
+    return sorted(f"{prefix}-{i}" for i in range(count))
+
+
+def gateway_node(gw: GatewayProcess, kafka: ApacheKafkaBroker) -> dict[str, Any]:
+    """The broker as a client must see it through ``gw``: its id at the gateway's address."""
+    return {"id": kafka.node_id, "host": gw.host, "port": gw.port}
+
+
+# --------------------------------------------------------------------------------------
+# A plain sidecar: Kafka's own behaviour, only addresses rewritten
+# --------------------------------------------------------------------------------------
+
+
+def test_admin_client_sees_the_gateway_as_the_cluster(
+    probe: JavaProbe, sidecar: GatewayProcess, apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    run = probe.run("admin", sidecar.bootstrap, topic=unique_topic, partitions=PARTITIONS)
+    assert not run.errors, run.describe()
+    node = gateway_node(sidecar, apache_kafka)
+    cluster = run.one("cluster")
+    assert cluster["nodes"] == [node]
+    assert cluster["controller"] == node
+    assert run.one("topic_created")["partitions"] == PARTITIONS
+    assert run.one("topics")["has_topic"]
+    assert run.one("topic")["leaders"] == {str(p): node for p in range(PARTITIONS)}
+    # Without gating the client sees the broker's finalized features as the broker
+    # itself states them on its own port.
+    broker, _ = api_versions(apache_kafka.host, apache_kafka.port)
+    features = run.one("features")
+    assert {k: tuple(v) for k, v in features["finalized"].items()} == broker.finalized
+    assert tuple(features["supported"]["metadata.version"]) == broker.supported["metadata.version"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 30: the sidecar clips SupportedFeatures to its catalogue (share.version max 1) "
+        "but passes Kafka 4.4's finalized share.version=2 through, so a client is shown a "
+        "finalized level above the supported range"
+    ),
+)
+def test_every_finalized_level_lies_within_the_supported_range(
+    sidecar: GatewayProcess, apache_kafka: ApacheKafkaBroker
+) -> None:
+    features, _ = api_versions(sidecar.host, sidecar.port)
+    broker, _ = api_versions(apache_kafka.host, apache_kafka.port)
+    assert features.finalized == broker.finalized
+    outside = {
+        name: (level, features.supported.get(name))
+        for name, (_, level) in features.finalized.items()
+        if name not in features.supported
+        or not (features.supported[name][0] <= level <= features.supported[name][1])
+    }
+    assert not outside, f"finalized level vs supported range: {outside}"
+
+
+def test_idempotent_producer_writes_each_record_once_and_a_reader_gets_them_back(
+    probe: JavaProbe, sidecar: GatewayProcess, unique_topic: str
+) -> None:
+    produced = produce(probe, sidecar, unique_topic, "idem")
+    delivered = produced.of("delivered")
+    assert len(delivered) == RECORDS == produced.one("produced")["count"]
+    # acks=all + idempotence: every partition's offsets are 0..n-1, nothing written twice.
+    offsets: dict[int, list[int]] = {}
+    for record in delivered:
+        offsets.setdefault(record["partition"], []).append(record["offset"])
+    assert sorted(offsets) == list(range(PARTITIONS)), offsets
+    assert all(sorted(o) == list(range(len(o))) for o in offsets.values()), offsets
+
+    read = probe.run("consume", sidecar.bootstrap, topic=unique_topic)
+    assert not read.errors, read.describe()
+    assert read.one("read")["reached_end"]
+    assert sorted(read.values("read_uncommitted")) == expected("idem")
+    # Each record is where the producer was told it landed, under its key.
+    placed = {(r["key"], r["partition"], r["offset"]) for r in delivered}
+    assert {(r["key"], r["partition"], r["offset"]) for r in read.of("record")} == placed
+    assert {r["key"]: r["value"] for r in read.of("record")} == {
+        f"k{i}": f"idem-{i}" for i in range(RECORDS)
+    }
+    assert "InitProducerId" in gateway_requests(sidecar), "the producer was not idempotent"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "group_apis", "other_apis"),
+    [
+        ("classic", {"JoinGroup", "SyncGroup"}, {"ConsumerGroupHeartbeat"}),
+        ("consumer", {"ConsumerGroupHeartbeat"}, {"JoinGroup", "SyncGroup"}),
+    ],
+)
+def test_consumer_group_reads_everything_produced(
+    probe: JavaProbe,
+    sidecar: GatewayProcess,
+    unique_topic: str,
+    protocol: str,
+    group_apis: set[str],
+    other_apis: set[str],
+) -> None:
+    produce(probe, sidecar, unique_topic, protocol)
+    run = probe.run(
+        "consume",
+        sidecar.bootstrap,
+        topic=unique_topic,
+        expect=RECORDS,
+        group=f"g-{unique_topic}",
+        protocol=protocol,
+    )
+    assert not run.errors, run.describe()
+    assert sorted(run.values("group")) == expected(protocol)
+    membership = run.one("membership")
+    assert membership["member_id"] and membership["generation"] >= 1, membership
+    assert sorted(membership["assignment"]) == [f"{unique_topic}-{p}" for p in range(PARTITIONS)]
+    committed = run.one("committed")["offsets"]
+    assert sum(committed.values()) == RECORDS, committed
+    # The group really ran the protocol asked for (KIP-848's heartbeat, or join/sync).
+    seen = gateway_requests(sidecar)
+    assert group_apis <= seen.keys(), seen
+    assert not other_apis & seen.keys(), seen
+
+
+def test_transactions_read_committed_sees_only_the_committed_one(
+    probe: JavaProbe, sidecar: GatewayProcess, unique_topic: str
+) -> None:
+    run = probe.run(
+        "transactions",
+        sidecar.bootstrap,
+        topic=unique_topic,
+        count=TXN_RECORDS,
+        transactional_id=f"txn-{unique_topic}",
+    )
+    assert not run.errors, run.describe()
+    assert [t["outcome"] for t in run.of("transaction")] == ["committed", "aborted"]
+    committed, aborted = expected("committed", TXN_RECORDS), expected("aborted", TXN_RECORDS)
+    assert sorted(run.values("read_committed")) == committed
+    # The aborted records were written (a plain reader sees them) and are filtered out.
+    assert sorted(run.values("read_uncommitted")) == sorted(committed + aborted)
+    assert all(r["reached_end"] for r in run.of("read")), run.describe()
+    # Kafka 4.4 finalizes transaction.version=2 and the sidecar passes it on, so the
+    # client runs KIP-890 part 2: Produce v12+ and EndTxn v5+, no AddPartitionsToTxn.
+    seen = gateway_requests(sidecar)
+    assert max(seen["EndTxn"]) >= 5 and max(seen["Produce"]) >= 12, seen
+    assert "AddPartitionsToTxn" not in seen, seen
+
+
+# --------------------------------------------------------------------------------------
+# A gated gateway: features as finalized in the gateways' ZooKeeper
+# --------------------------------------------------------------------------------------
+
+
+def test_gated_admin_update_features_is_refused_unless_allowed(
+    probe: JavaProbe,
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    refusing = start_gated(gateway_factory, apache_kafka, zookeeper)
+    run = probe.run("admin", refusing.bootstrap, update_feature="group.version=1")
+    error = run.one("error")
+    assert error["step"] == "update_features", run.describe()
+    assert error["cause_class"] == "org.apache.kafka.common.errors.ClusterAuthorizationException"
+    assert "refused" in error["cause_message"] and "update_allowed" in error["cause_message"]
+    assert "group.version" not in store.read().levels
+    # The broker's own features still show: metadata.version at the broker's level.
+    broker, _ = api_versions(apache_kafka.host, apache_kafka.port)
+    finalized = run.one("features")["finalized"]
+    assert tuple(finalized.get("metadata.version", ())) == broker.finalized["metadata.version"]
+
+    config = tmp_path / "allowed.toml"
+    config.write_text('[features]\nupdate_allowed_from = ["127.0.0.0/8"]\n')
+    allowed = start_gated(
+        gateway_factory, apache_kafka, zookeeper, "--config", str(config), name="gw-allowed"
+    )
+    run = probe.run("admin", allowed.bootstrap, update_feature="group.version=1")
+    assert not run.errors, run.describe()
+    assert run.one("features_updated") == {
+        "event": "features_updated",
+        "feature": "group.version",
+        "level": 1,
+    }
+    assert store.read().levels.get("group.version") == 1
+    for gw in (refusing, allowed):
+        assert_healthy(gw)
+
+
+def test_kip848_java_consumer_is_refused_until_group_version_is_finalized(
+    probe: JavaProbe, gated: GatewayProcess, zookeeper: ZooKeeperProcess, unique_topic: str
+) -> None:
+    produce(probe, gated, unique_topic, "gated")
+    assert CONSUMER_GROUP_HEARTBEAT not in api_versions(gated.host, gated.port)[1]
+
+    refused = probe.run(
+        "consume",
+        gated.bootstrap,
+        topic=unique_topic,
+        expect=RECORDS,
+        group=f"refused-{unique_topic}",
+        protocol="consumer",
+        timeout_ms=REFUSAL_TIMEOUT_MS,
+    )
+    error = refused.one("error")
+    assert error["class"] == UNSUPPORTED_VERSION, refused.describe()
+    assert "does not support the new CONSUMER group protocol" in error["message"]
+    assert not refused.of("record")
+    assert_healthy(gated)
+
+    finalize(zookeeper, "group.version=1")
+    wait_advertised(gated, CONSUMER_GROUP_HEARTBEAT)
+    run = probe.run(
+        "consume",
+        gated.bootstrap,
+        topic=unique_topic,
+        expect=RECORDS,
+        group=f"g-{unique_topic}",
+        protocol="consumer",
+    )
+    assert not run.errors, run.describe()
+    assert sorted(run.values("group")) == expected("gated")
+    assert "ConsumerGroupHeartbeat" in gateway_requests(gated)
+    assert_healthy(gated)
+
+
+class _Lines(logging.Handler):
+    """Collects librdkafka's log lines (confluent-kafka's ``logger``) for one client."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def librdkafka_group_consumer(gw: GatewayProcess, topic: str, lines: _Lines) -> Consumer:
+    logger = logging.getLogger(f"tests.librdkafka.kip848.{uuid.uuid4().hex[:8]}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.addHandler(lines)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gw.bootstrap,
+            "group.id": f"rk-{uuid.uuid4().hex[:8]}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "debug": "cgrp",
+            "logger": logger,
+            "error_cb": lambda err: lines.lines.append(f"error_cb: {err}"),
+        },
+        logger=logger,
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def poll_values(consumer: Consumer, count: int, timeout: float, stop: Any = None) -> list[str]:
+    """Values polled until ``count`` arrived, ``stop()`` is true or ``timeout`` passed."""
+    values: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < count and time.monotonic() < deadline and not (stop and stop()):
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        error: KafkaError | None = msg.error()
+        assert error is None, f"consume error: {error}"
+        values.append(msg.value().decode())
+    return values
+
+
+def test_kip848_librdkafka_consumer_is_refused_until_group_version_is_finalized(
+    gated: GatewayProcess, zookeeper: ZooKeeperProcess, unique_topic: str
+) -> None:
+    driver = ConfluentDriver()
+    driver.create_topic(gated.bootstrap, unique_topic)
+    values = [f"rk-{i}" for i in range(RECORDS)]
+    driver.produce(gated.bootstrap, unique_topic, [v.encode() for v in values], acks="all")
+
+    lines = _Lines()
+    consumer = librdkafka_group_consumer(gated, unique_topic, lines)
+    try:
+        got = poll_values(
+            consumer,
+            RECORDS,
+            REFUSAL_TIMEOUT_MS / 1000,
+            stop=lambda: any(LIBRDKAFKA_REFUSAL in line for line in lines.lines),
+        )
+    finally:
+        consumer.close()
+    assert any(LIBRDKAFKA_REFUSAL in line for line in lines.lines), lines.lines[-20:]
+    assert got == []
+    assert_healthy(gated)
+
+    finalize(zookeeper, "group.version=1")
+    wait_advertised(gated, CONSUMER_GROUP_HEARTBEAT)
+    consumer = librdkafka_group_consumer(gated, unique_topic, _Lines())
+    try:
+        got = poll_values(consumer, RECORDS, 20.0)
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(values)
+    assert "ConsumerGroupHeartbeat" in gateway_requests(gated)
+    assert_healthy(gated)
