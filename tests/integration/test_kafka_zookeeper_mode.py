@@ -1,19 +1,11 @@
 """Apache Kafka 3.9 in ZooKeeper mode on the ZooKeeper ensemble the gateways use (issue 30).
 
-Kafka 3.x in ZooKeeper mode is where the FeatureZNode layout the gateway keeps comes from
-(``gateway/features/znode.py``): under its chroot the broker keeps the finalized features
-in ``/feature`` (the epoch is the znode's data version) and registers itself in
-``/brokers/ids/<id>`` with the features it supports. The tests here hold the gateway's
-reader and writer against Kafka's own:
-
-* Kafka writes ``/feature`` and reports it in ApiVersions; ``featurectl describe`` pointed
-  at the broker's chroot must read the same levels and epoch.
-* The znode featurectl's writer (``FeatureStore.write``) produces is read by Kafka, which
-  reports its new epoch; a finalized level Kafka cannot serve makes a 3.9 broker exit,
-  and Kafka's controller rewrites the gateway's version-1 znode in its version-2 layout.
-* Clients of the classic protocol generations (librdkafka, kafka-python, aiokafka) work
-  through a gateway in front of the 3.9 broker, which advertises an unresolvable host, so
-  every address a client follows must have been rewritten.
+The gateway's FeatureZNode layout (``gateway/features/znode.py``) is Kafka 3.x's: under
+its chroot a ZooKeeper-mode broker keeps the finalized features in ``/feature`` (epoch =
+the znode's data version) and registers in ``/brokers/ids/<id>`` with the features it
+supports. These tests hold the gateway's reader, writer and rules against Kafka's own,
+and run classic clients (librdkafka, kafka-python, aiokafka) through a gateway in front
+of the broker, which advertises an unresolvable host (so every address is rewritten).
 
 Facts from Kafka 3.9.2's source these tests rely on (``kafka_2.13-3.9.2-sources.jar``):
 
@@ -51,6 +43,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from gateway.features.catalogue import load_catalogue
 from gateway.features.store import FeatureStore, make_client
+from gateway.features.validation import FeatureUpdate, UpgradeType, validate_updates
 from gateway.features.znode import Finalized, decode_feature_znode
 from gateway.server.apache_kafka import ZOOKEEPER_MODE_VERSION
 from tests.conftest import GatewayFactory
@@ -69,14 +62,14 @@ from tests.integration.test_features import wait_for
 
 __all__ = ["client_log"]  # a fixture of test_clients, used here by name
 
-INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 CONSUMER_GROUP_HEARTBEAT = 68
-#: How long a 3.9 broker may take to act on a /feature change (it reacts in well under 1 s).
+#: How long a 3.9 broker may take to act on a /feature change.
 FEATURE_CHANGE_S = 15.0
 #: The level the write tests finalize: transaction.version 1 gates no API version in the
 #: gateway's catalogue, so every gateway supports it, and no 3.9 ZooKeeper-mode broker does.
 DOOMED_FEATURE, DOOMED_LEVEL = "transaction.version", 1
+DOOMED = f"{DOOMED_FEATURE}={DOOMED_LEVEL}"
 #: Metadata v12 for the brokers and controller only (no topics).
 BROKERS_ONLY = MetadataV12(
     topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
@@ -98,9 +91,21 @@ class ZooKeeperModeKafka:
         assert self.broker.chroot is not None
         return self.broker.chroot
 
+    def registered_features(self) -> dict[str, tuple[int, int]]:
+        """The supported features in the broker's ``/brokers/ids/<id>`` registration."""
+        path = f"{self.chroot}/brokers/ids/{self.broker.node_id}"
+        data, _ = self.store.client.get(path)
+        features = json.loads(data)["features"]
+        return {name: (r["min_version"], r["max_version"]) for name, r in features.items()}
+
     def featurectl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """featurectl (a subprocess, as an operator runs it) on the broker's chroot."""
-        return featurectl(*args, "--zookeeper", self.zookeeper, "--chroot", self.chroot)
+        return featurectl_on(self.zookeeper, self.chroot, *args)
+
+
+def featurectl_on(zookeeper: str, chroot: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """featurectl (a subprocess, as an operator runs it) on ``chroot``; describe in JSON."""
+    output = ("--output", "json") if args[0] == "describe" else ()
+    return featurectl(*args, *output, "--zookeeper", zookeeper, "--chroot", chroot)
 
 
 def start_kafka(workdir: Path, zookeeper: ZooKeeperProcess, name: str) -> ApacheKafkaBroker:
@@ -140,6 +145,15 @@ def broker_features(broker: ApacheKafkaBroker) -> Features:
     return parse_features(answer)
 
 
+def wait_for_epoch(broker: ApacheKafkaBroker, epoch: int) -> Features:
+    """The broker's features once it reports ``epoch`` (it reacts to a change in < 1 s)."""
+    return wait_for(
+        lambda: (f := broker_features(broker)).epoch == epoch and f,
+        FEATURE_CHANGE_S,
+        f"{broker.name} to report epoch {epoch}",
+    )
+
+
 def finalized_levels(features: Features) -> dict[str, int]:
     return {name: high for name, (_, high) in features.finalized.items()}
 
@@ -174,7 +188,7 @@ def test_featurectl_describe_reads_the_brokers_feature_znode(kafka39: ZooKeeperM
     -1 (never finalized), the broker says 0 or more.
     """
     own = broker_features(kafka39.broker)
-    document = described(kafka39.featurectl("describe", "--output", "json"))
+    document = described(kafka39.featurectl("describe"))
     assert own.epoch >= 0
     assert document["epoch"] == own.epoch == kafka39.store.read().epoch
     rows = document["features"]
@@ -189,13 +203,8 @@ def test_broker_registers_the_features_it_reports(kafka39: ZooKeeperModeKafka) -
     """``/brokers/ids/<id>`` lists the same supported features as ApiVersions: none in 3.9
     ZooKeeper mode (``BrokerFeatures.createEmpty()``), so any finalized level is one the
     broker cannot serve."""
-    broker = kafka39.broker
-    data, _ = kafka39.store.client.get(f"{kafka39.chroot}/brokers/ids/{broker.node_id}")
-    registered = {
-        name: (r["min_version"], r["max_version"])
-        for name, r in json.loads(data)["features"].items()
-    }
-    assert registered == broker_features(broker).supported
+    registered = kafka39.registered_features()
+    assert registered == broker_features(kafka39.broker).supported
     assert registered == {}, "a 3.9 ZooKeeper-mode broker now supports features: see the tests"
 
 
@@ -217,36 +226,78 @@ def test_kafka_reads_the_znode_featurectls_writer_writes(kafka39: ZooKeeperModeK
     new_epoch = kafka39.store.write(dict(before.levels), expected_epoch=before.epoch)
     data, stat = kafka39.store.client.get(kafka39.store.paths.feature)
     assert (json.loads(data)["version"], stat.version) == (1, new_epoch)
-    after = wait_for(
-        lambda: (f := broker_features(kafka39.broker)).epoch == new_epoch and f,
-        FEATURE_CHANGE_S,
-        f"the broker to report epoch {new_epoch}",
-    )
+    after = wait_for_epoch(kafka39.broker, new_epoch)
     assert finalized_levels(after) == dict(before.levels)
-    assert described(kafka39.featurectl("describe", "--output", "json"))["epoch"] == new_epoch
+    assert described(kafka39.featurectl("describe"))["epoch"] == new_epoch
 
 
-def test_kafka_refuses_every_catalogue_feature_in_update_features(
-    kafka39: ZooKeeperModeKafka,
+#: UpdateFeatures items (feature, level, UpgradeType) on which Kafka 3.9's controller and the
+#: gateway's ``validate_updates`` must agree: each catalogue feature, and the refusals.
+UPDATE_CASES = [
+    ("", 1, UpgradeType.UPGRADE),
+    *((name, 1, UpgradeType.UPGRADE) for name in sorted(load_catalogue())),
+    ("x.version", 0, UpgradeType.UPGRADE),
+    ("x.version", 0, UpgradeType.SAFE_DOWNGRADE),
+    ("x.version", 1, UpgradeType.SAFE_DOWNGRADE),
+    ("x.version", 1, UpgradeType.UNSAFE_DOWNGRADE),
+    ("x.version", 1, 7),
+]
+
+
+@pytest.mark.parametrize(("feature", "level", "upgrade_type"), UPDATE_CASES)
+def test_gateway_validation_answers_kafkas_error_codes(
+    kafka39: ZooKeeperModeKafka, feature: str, level: int, upgrade_type: int
 ) -> None:
-    """Kafka's own writer, UpdateFeatures to its controller, refuses each feature the
-    gateway's catalogue knows (INVALID_REQUEST, "the provided feature is not supported")
-    and leaves ``/feature`` as it was."""
-    before = kafka39.store.read()
-    names = sorted(load_catalogue())
+    """The gateway's ZooKeeper-mode rules (``validate_updates``, used by featurectl and
+    UpdateFeatures through a gateway), given Kafka's own registration in place of the
+    live gateways, refuse what Kafka's controller refuses with the same error code.
+
+    Only codes: Kafka 3.9's messages differ from the gateway's for some items (a level
+    below 1 without a downgrade type, deleting or downgrading a feature not finalized).
+    """
+    registered = kafka39.registered_features()
     request = UpdateFeaturesRequest(
-        feature_updates=tuple(
-            FeatureUpdateKey(feature=name, max_version_level=i16(1)) for name in names
+        feature_updates=(
+            FeatureUpdateKey(
+                feature=feature, max_version_level=i16(level), upgrade_type=i8(upgrade_type)
+            ),
         )
     )
+    before = kafka39.store.read()
     with KafkaConnection(kafka39.broker.host, kafka39.broker.port) as conn:
         response = conn.request_entity(request)
-    assert response.error_code == 0
-    results = {r.feature: (r.error_code, r.error_message) for r in response.results}
-    assert set(results) == set(names)
-    for name, (code, message) in results.items():
-        assert code == INVALID_REQUEST, (name, code, message)
-        assert "provided feature is not supported" in (message or ""), (name, message)
+    [kafka] = response.results
+    ours = validate_updates(
+        before.levels,
+        {f"broker-{kafka39.broker.node_id}": registered},
+        [FeatureUpdate(feature, level, upgrade_type)],
+    )
+    [gateway] = ours.results
+    assert (response.error_code, kafka.error_code) == (0, gateway.error_code), (
+        kafka.error_message,
+        gateway.message,
+    )
+    assert kafka39.store.read() == before
+
+
+def test_featurectl_over_the_kafka_protocol_against_the_broker(
+    kafka39: ZooKeeperModeKafka,
+) -> None:
+    """``featurectl --bootstrap-server`` straight at the 3.9 broker (as kafka-features.sh):
+    describe shows the broker's epoch; an upgrade, dry run or not, is refused with
+    Kafka's own message and exit code 1, and ``/feature`` stays as it was."""
+    bootstrap = kafka39.broker.bootstrap
+    own = broker_features(kafka39.broker)
+    document = described(
+        featurectl("--bootstrap-server", bootstrap, "describe", "--output", "json")
+    )
+    assert document["epoch"] == own.epoch == kafka39.store.read().epoch
+    before = kafka39.store.read()
+    upgrade = ("--bootstrap-server", bootstrap, "upgrade", "--feature", DOOMED)
+    for dry_run in ((), ("--dry-run",)):
+        result = featurectl(*upgrade, *dry_run)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "the provided feature is not supported" in result.stderr
     assert kafka39.store.read() == before
 
 
@@ -274,9 +325,7 @@ def test_featurectl_refuses_a_level_the_brokers_in_the_chroot_cannot_serve(
     )
     wait_for(kafka39.store.registrations, what="the gateway's registration")
     before = kafka39.store.read()
-    result = kafka39.featurectl(
-        "finalize", "--feature", f"{DOOMED_FEATURE}={DOOMED_LEVEL}", "--dry-run"
-    )
+    result = kafka39.featurectl("finalize", "--feature", DOOMED, "--dry-run")
     assert kafka39.store.read() == before
     assert result.returncode == 1, result.stdout + result.stderr
 
@@ -323,24 +372,10 @@ def test_a_level_kafka_cannot_serve_stops_the_broker(
         )
         data, _ = client.get(store.paths.feature)
         assert json.loads(data)["version"] == 2, data
-        own = wait_for(
-            lambda: (f := broker_features(broker)).epoch == rewritten and f,
-            FEATURE_CHANGE_S,
-            f"the broker to report epoch {rewritten}",
-        )
+        own = wait_for_epoch(broker, rewritten)
         assert finalized_levels(own) == dict(start.levels)
-        document = described(
-            featurectl(
-                "describe",
-                "--output",
-                "json",
-                "--zookeeper",
-                shared_zookeeper.connect_string,
-                "--chroot",
-                broker.chroot or "",
-            )
-        )
-        assert document["epoch"] == rewritten
+        describe = featurectl_on(shared_zookeeper.connect_string, store.paths.chroot, "describe")
+        assert described(describe)["epoch"] == rewritten
     finally:
         client.stop()
         client.close()
@@ -373,14 +408,6 @@ def gateway39(
     )
 
 
-def test_premise_the_broker_advertises_an_unreachable_host(kafka39: ZooKeeperModeKafka) -> None:
-    """Without a gateway a client is sent to ``unreachable.invalid``."""
-    broker = kafka39.broker
-    with KafkaConnection(broker.host, broker.port) as conn:
-        metadata = conn.request_entity(BROKERS_ONLY)
-    assert [(b.host, b.port) for b in metadata.brokers] == [(UNREACHABLE_HOST, broker.port)]
-
-
 @pytest.mark.parametrize("client", DRIVERS, ids=lambda d: d.name)
 def test_classic_clients_produce_consume_in_a_group_and_describe(
     client: ClientDriver,
@@ -408,9 +435,14 @@ def test_metadata_and_find_coordinator_generations_name_the_gateway(
     gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka, unique_topic: str
 ) -> None:
     """Metadata v1 (pre-flexible) and v12, FindCoordinator v1 (one coordinator) and v4
-    (batched) through the gateway: the 3.9 broker's answers, with its addresses rewritten."""
+    (batched) through the gateway: the 3.9 broker's answers, with its addresses rewritten.
+    Premise: straight from the broker, a client is sent to ``unreachable.invalid``."""
     gateway = (gateway39.host, gateway39.port)
-    node = kafka39.broker.node_id
+    broker = kafka39.broker
+    node = broker.node_id
+    with KafkaConnection(broker.host, broker.port) as conn:
+        direct = conn.request_entity(BROKERS_ONLY)
+    assert [(b.host, b.port) for b in direct.brokers] == [(UNREACHABLE_HOST, broker.port)]
     with KafkaConnection(*gateway) as conn:
         old = conn.request_entity(MetadataV1(topics=None))
         new = conn.request_entity(BROKERS_ONLY)
@@ -452,12 +484,6 @@ def test_gateway_registers_only_levels_the_broker_serves(
     assert CONSUMER_GROUP_HEARTBEAT in advertised
     # ConsumerGroupHeartbeatResponse v0: ThrottleTimeMs int32, then ErrorCode int16.
     assert struct.unpack_from(">h", response.body, 4)[0] == UNSUPPORTED_VERSION
-    client = make_client(kafka39.zookeeper)
-    client.start(timeout=15)
-    try:
-        store = FeatureStore(client, gateway_chroot)
-        [registration] = wait_for(store.registrations, what="the gateway's registration")
-    finally:
-        client.stop()
-        client.close()
+    store = FeatureStore(kafka39.store.client, gateway_chroot)
+    [registration] = wait_for(store.registrations, what="the gateway's registration")
     assert registration.features["group.version"][1] == 0, registration.features
