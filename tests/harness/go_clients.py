@@ -1,0 +1,171 @@
+"""franz-go (Go) as a test client: builds and runs ``tests/clients/go`` (``gatewayclient``).
+
+franz-go asks for the newest version of every request it knows and picks per request
+the highest version both it and the broker advertise, so it is the sharpest probe of
+the gateway's version negotiation. The Go program prints JSON lines (one event each);
+``GoClient.run`` returns them parsed.
+
+The binary is built once per source state: the cache key hashes go.mod, go.sum, every
+``*.go`` file and ``go version``, and the binary lands in
+``$XDG_CACHE_HOME/kafka-gateway/go-clients/<key>/`` (never in the repository). The
+build is driven by the repository's go.mod/go.sum only (``-mod=readonly``), so a fresh
+machine downloads exactly the pinned modules from the Go module proxy into Go's own
+module cache. A file lock keeps parallel test processes from building twice.
+
+Kept free of pytest imports like the rest of the harness: without ``go`` on PATH,
+``go_client()`` raises ``GoMissing``, whose message is a skip reason the suite's
+"optional tools" summary counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gateway.server.apache_kafka import _locked, cache_root
+
+from .procs import HarnessError
+from .tools import MISSING_TOOL
+
+SOURCE_DIR = Path(__file__).resolve().parents[1] / "clients" / "go"
+BINARY_NAME = "gatewayclient"
+#: The first build downloads franz-go and its few dependencies; later ones are cached.
+BUILD_TIMEOUT_S = 300.0
+
+
+class GoMissing(HarnessError):
+    """``go`` is not on PATH; the message is the skip reason (``MISSING_TOOL`` prefix)."""
+
+
+@dataclass(frozen=True)
+class GoRun:
+    """One ``gatewayclient`` run: its exit code, parsed JSON events and stderr."""
+
+    argv: list[str]
+    returncode: int
+    events: list[dict[str, Any]]
+    stderr: str
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        """Every event of that name, in output order."""
+        return [e for e in self.events if e["event"] == event]
+
+    def one(self, event: str) -> dict[str, Any]:
+        """The single event of that name (HarnessError if there is not exactly one)."""
+        found = self.of(event)
+        if len(found) != 1:
+            raise HarnessError(f"expected one {event!r} event, got {len(found)}\n{self}")
+        return found[0]
+
+    @property
+    def requests(self) -> dict[str, list[int]]:
+        """Request name -> versions the client sent (the program's last "wire" event)."""
+        return self.one("wire")["requests"]
+
+    @property
+    def values(self) -> list[str]:
+        """Values of the "consumed" records, in the order the client returned them."""
+        return [e["value"] for e in self.of("consumed")]
+
+    def __str__(self) -> str:
+        lines = [json.dumps(e, sort_keys=True) for e in self.events]
+        return "\n".join([" ".join(self.argv), *lines, self.stderr.strip()])
+
+
+def _source_files() -> list[Path]:
+    return sorted([SOURCE_DIR / "go.mod", SOURCE_DIR / "go.sum", *SOURCE_DIR.glob("*.go")])
+
+
+def _build_key(go: str) -> str:
+    digest = hashlib.sha256()
+    toolchain = subprocess.run(
+        [go, "version"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    digest.update(toolchain.encode())
+    for path in _source_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Build:
+    """Where the binary is, and how long ``go build`` took (0.0 when it was cached)."""
+
+    binary: Path
+    seconds: float
+
+
+@cache
+def build() -> Build:
+    """Build ``gatewayclient`` unless this source state's binary is cached already."""
+    go = shutil.which("go")
+    if go is None:
+        raise GoMissing(f"{MISSING_TOOL}go (https://go.dev/dl/); franz-go tests need it")
+    target = cache_root() / "go-clients" / _build_key(go)
+    binary = target / BINARY_NAME
+    with _locked(target.with_suffix(".lock")):
+        if binary.exists():
+            return Build(binary, 0.0)
+        target.mkdir(parents=True, exist_ok=True)
+        partial = target / f"{BINARY_NAME}.partial"
+        env = dict(os.environ, GOFLAGS="-mod=readonly", CGO_ENABLED="0")
+        started = time.monotonic()
+        done = subprocess.run(
+            [go, "build", "-trimpath", "-o", str(partial), "."],
+            cwd=SOURCE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            raise HarnessError(f"go build in {SOURCE_DIR} failed:\n{done.stderr}")
+        os.replace(partial, binary)
+        return Build(binary, time.monotonic() - started)
+
+
+class GoClient:
+    """Runs ``gatewayclient`` subcommands against one bootstrap address."""
+
+    def __init__(self, binary: Path, bootstrap: str) -> None:
+        self.binary = binary
+        self.bootstrap = bootstrap
+
+    def run(
+        self, command: str, *, timeout_s: float = 20.0, check: bool = True, **flags: Any
+    ) -> GoRun:
+        """Run ``gatewayclient <command> -bootstrap ... -<flag> <value>``.
+
+        Flag names are the keyword names with ``_`` as ``-`` (``txn_id`` -> ``-txn-id``).
+        The program bounds itself by ``-timeout``; the process gets 10 s more. With
+        ``check`` (the default) a non-zero exit raises HarnessError with the output.
+        """
+        argv = [
+            str(self.binary),
+            command,
+            "-bootstrap",
+            self.bootstrap,
+            "-timeout",
+            f"{timeout_s}s",
+        ]
+        for name, value in flags.items():
+            argv += [f"-{name.replace('_', '-')}", str(value)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 10)
+        events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        result = GoRun(argv, done.returncode, events, done.stderr)
+        if check and done.returncode != 0:
+            raise HarnessError(f"gatewayclient {command} exited {done.returncode}:\n{result}")
+        return result
+
+
+def go_client(bootstrap: str) -> GoClient:
+    """A GoClient for ``bootstrap``, building the program first if needed (GoMissing)."""
+    return GoClient(build().binary, bootstrap)
