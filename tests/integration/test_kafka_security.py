@@ -1,74 +1,54 @@
 """SASL and TLS against real Apache Kafka (4.4, KRaft) through the gateway (issue 30).
 
 test_sasl.py and test_tls.py prove the gateway against a fake authenticator and a socat
-TLS terminator; this module puts Kafka's own ``SaslServerAuthenticator`` and its own TLS
-listener behind the gateway. One broker serves the whole module, with the harness's
-PLAINTEXT (readiness probe, SCRAM set-up) and INTERNAL/CONTROLLER listeners kept exactly
-as ``gateway/server/apache_kafka.py`` writes them, plus:
-
-* ``SASL_PLAINTEXT``: PLAIN (users in the listener's JAAS config) and SCRAM-SHA-512
-  (credentials created after start with AlterUserScramCredentials, as KRaft keeps them
-  in its metadata log);
-* ``SSL``: a per-module trustme CA's certificate for 127.0.0.1, in PEM (KIP-651);
-* ``SASL_SSL``: both at once.
-
-Every listener advertises ``unreachable.invalid``, so a client only gets anywhere
-through the gateway's address rewriting. The gateway does not terminate SASL: the
-broker authenticates, and tests check what a client sees (logins, refusals, the
-rewritten broker list) and that the gateway survives the refusals.
+TLS terminator; here Kafka's own ``SaslServerAuthenticator`` and TLS listeners stand
+behind it: one broker for the module, with the listeners described in secure_kafka.py
+(SASL_PLAINTEXT, SSL, SASL_SSL, REAUTH), all advertising an unreachable host. The
+gateway does not terminate SASL: the broker authenticates, and tests check what a
+client sees (logins, refusals, the rewritten broker list), which SASL requests went
+through, and that the gateway survives every refusal without a traceback.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
+import json
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import pytest
-import trustme
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    load_pem_private_key,
-)
-from kio.schema.alter_user_scram_credentials.v0.request import (
-    AlterUserScramCredentialsRequest,
-    ScramCredentialUpsertion,
-)
-from kio.schema.describe_user_scram_credentials.v0.request import (
-    DescribeUserScramCredentialsRequest,
-    UserName,
-)
 from kio.schema.metadata.v12.request import MetadataRequest
-from kio.schema.metadata.v12.response import MetadataResponse
-from kio.static.primitive import i8, i32
-from prometheus_client.parser import text_string_to_metric_families
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from tests.harness import (
-    UNREACHABLE_HOST,
-    ConnectionClosed,
-    GatewayProcess,
-    KafkaConnection,
-    free_port,
-    parse_host_port,
-    port_accepts,
+from tests.harness import UNREACHABLE_HOST, ConnectionClosed, KafkaConnection, parse_host_port
+from tests.integration.secure_kafka import (
+    MECHANISMS,
+    OP_TIMEOUT_S,
+    PASSWORD,
+    PASSWORD_MECHANISMS,
+    REAUTH_MS,
+    USER,
+    SecureKafka,
+    assert_gateway_clean,
+    broker_addresses,
+    gateway_connections,
+    gateway_requests,
+    librdkafka_admin,
+    librdkafka_refusal,
+    oauthbearer_initial_response,
+    sasl_driver,
+    sasl_settings,
+    sasl_versions,
+    started_secure_kafka,
+    unsecured_jwt,
 )
-from tests.harness.apache_kafka import ApacheKafkaBroker
-from tests.integration.test_clients import AIOKafkaDriver, ClientDriver, KafkaPythonDriver
 from tests.integration.test_sasl import (
     METADATA,
-    SASL_AUTHENTICATE,
     SASL_AUTHENTICATION_FAILED,
-    SASL_HANDSHAKE,
     UNSUPPORTED_SASL_MECHANISM,
-    USERS,
     connect,
     handshake_v0,
     metadata,
@@ -77,234 +57,26 @@ from tests.integration.test_sasl import (
     scram_login,
 )
 from tests.integration.test_tls import confluent, connect_errors, produce_and_consume
-from tests.unit._kafka import schema_module, top_level
 
-USER = "alice"
-PASSWORD = USERS[USER]
-MECHANISMS = ["PLAIN", "SCRAM-SHA-512"]
-SCRAM_SHA_512 = 2  # the mechanism's id in (Alter|Describe)UserScramCredentials
-SCRAM_ITERATIONS = 4096  # Kafka's minimum
 ILLEGAL_SASL_STATE = 34
-SCRAM_READY_TIMEOUT_S = 15.0
-OP_TIMEOUT_S = 15.0
 METADATA_ALL = MetadataRequest(
     topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
 )
 
-PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
-
-# --------------------------------------------------------------------------------------
-# The broker
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SecureKafka:
-    """The module's broker and the loopback addresses of its secured listeners."""
-
-    broker: ApacheKafkaBroker
-    sasl: str  # SASL_PLAINTEXT
-    ssl: str  # SSL
-    sasl_ssl: str  # SASL_SSL
-    ca: str  # the CA that signed the broker's certificate (PEM file)
-    other_ca: str  # a CA that signed nothing here
-
-
-def write_broker_pki(workdir: Path) -> tuple[str, str, str]:
-    """(keystore, ca, other_ca) PEM files: Kafka's PEM keystore wants the key in PKCS#8,
-    which trustme does not write (it writes the traditional OpenSSL format)."""
-    ca, other = trustme.CA(), trustme.CA()
-    leaf = ca.issue_cert("127.0.0.1", "localhost")
-    key = load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
-    pkcs8 = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    paths = [workdir / name for name in ("broker-keystore.pem", "ca.pem", "other-ca.pem")]
-    paths[0].write_bytes(pkcs8 + b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-    ca.cert_pem.write_to_path(str(paths[1]))
-    other.cert_pem.write_to_path(str(paths[2]))
-    return str(paths[0]), str(paths[1]), str(paths[2])
-
-
-def security_properties(
-    base: dict[str, str], ports: dict[str, int], keystore: str
-) -> dict[str, str]:
-    """The broker properties that add ``ports``' listeners (name = security protocol) to
-    ``base`` (KafkaNode.broker_properties(), whose own listeners stay as written)."""
-    props = {
-        "listeners": base["listeners"]
-        + "".join(f",{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "advertised.listeners": base["advertised.listeners"]
-        + "".join(f",{name}://{UNREACHABLE_HOST}:{port}" for name, port in ports.items()),
-        "listener.security.protocol.map": base["listener.security.protocol.map"]
-        + "".join(f",{name}:{name}" for name in ports),
-        "sasl.enabled.mechanisms": ",".join(MECHANISMS),
-    }
-    for name in ports:
-        prefix = f"listener.name.{name.lower()}."
-        if name.startswith("SASL_"):
-            props[prefix + "plain.sasl.jaas.config"] = (
-                f'{PLAIN_MODULE} required user_{USER}="{PASSWORD}";'
-            )
-            props[prefix + "scram-sha-512.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
-        if name.endswith("SSL"):
-            props[prefix + "ssl.keystore.type"] = "PEM"
-            props[prefix + "ssl.keystore.location"] = keystore
-    return props
-
-
-def create_scram_user(bootstrap: str, user: str, password: str) -> None:
-    """Store ``user``'s SCRAM-SHA-512 credential (AlterUserScramCredentials v0, by hand:
-    salt and PBKDF2 as Kafka's ScramFormatter) and wait until the broker serves it."""
-    salt = os.urandom(32)
-    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, SCRAM_ITERATIONS)
-    upsert = ScramCredentialUpsertion(
-        name=user,
-        mechanism=i8(SCRAM_SHA_512),
-        iterations=i32(SCRAM_ITERATIONS),
-        salt=salt,
-        salted_password=salted,
-    )
-    host, port = parse_host_port(bootstrap)
-    with KafkaConnection(host, port, timeout=OP_TIMEOUT_S) as conn:
-        altered = conn.request_entity(
-            AlterUserScramCredentialsRequest(deletions=(), upsertions=(upsert,))
-        )
-        assert [(r.user, r.error_code) for r in altered.results] == [(user, 0)], altered
-        # The controller committed it; the broker applies the metadata record shortly after.
-        describe = DescribeUserScramCredentialsRequest(users=(UserName(name=user),))
-        deadline = time.monotonic() + SCRAM_READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            (result,) = conn.request_entity(describe).results
-            if result.error_code == 0 and result.credential_infos:
-                return
-            time.sleep(0.1)
-    raise AssertionError(f"SCRAM credential of {user!r} not visible after {SCRAM_READY_TIMEOUT_S}s")
+def plain_login_v1(conn: KafkaConnection, password: str = PASSWORD) -> SaslAuthenticateResponse:
+    """SaslHandshake v1 then SaslAuthenticate v2 with a PLAIN token: Kafka's answer."""
+    handshake = conn.request_entity(SaslHandshakeRequest(mechanism="PLAIN"))
+    assert handshake.error_code == 0, handshake
+    token = f"\0{USER}\0{password}".encode()
+    return conn.request_entity(SaslAuthenticateRequest(auth_bytes=token))
 
 
 @pytest.fixture(scope="module")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    """Apache Kafka 4.4 with SASL_PLAINTEXT, SSL and SASL_SSL listeners (module docstring)."""
-    workdir = tmp_path_factory.mktemp("kafka-security")
-    keystore, ca, other_ca = write_broker_pki(workdir)
-    ports = {name: free_port() for name in ("SASL_PLAINTEXT", "SSL", "SASL_SSL")}
-    kafka = ApacheKafkaBroker(workdir, name="kafka-security")
-    # The added listeners extend the node's own (INTERNAL/CONTROLLER ports are chosen in
-    # the constructor), so the overrides are set once the node exists.
-    kafka.node.properties = security_properties(kafka.node.broker_properties(), ports, keystore)
-    kafka.start()
-    try:
-        create_scram_user(kafka.bootstrap, USER, PASSWORD)
-        yield SecureKafka(
-            broker=kafka,
-            sasl=f"127.0.0.1:{ports['SASL_PLAINTEXT']}",
-            ssl=f"127.0.0.1:{ports['SSL']}",
-            sasl_ssl=f"127.0.0.1:{ports['SASL_SSL']}",
-            ca=ca,
-            other_ca=other_ca,
-        )
-    finally:
-        kafka.stop()
-
-
-# --------------------------------------------------------------------------------------
-# Clients and checks
-# --------------------------------------------------------------------------------------
-
-
-def sasl_settings(mechanism: str, password: str = PASSWORD) -> dict[str, Any]:
-    """librdkafka's settings for a SASL login over plaintext to the gateway."""
-    return {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": mechanism,
-        "sasl.username": USER,
-        "sasl.password": password,
-    }
-
-
-def python_driver(
-    base: type[KafkaPythonDriver] | type[AIOKafkaDriver], mechanism: str
-) -> ClientDriver:
-    """test_clients' kafka-python or aiokafka driver, logging in with ``mechanism`` (both
-    take the same keyword arguments; SCRAM credentials too go in sasl_plain_*)."""
-    sasl = {
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": mechanism,
-        "sasl_plain_username": USER,
-        "sasl_plain_password": PASSWORD,
-    }
-
-    class Driver(base):  # type: ignore[valid-type,misc]
-        @property
-        def _common(self) -> dict[str, Any]:
-            return {**super()._common, **sasl}
-
-    return Driver()
-
-
-def sasl_driver(client: str, mechanism: str) -> ClientDriver:
-    if client == "confluent":
-        return confluent(**sasl_settings(mechanism))
-    return python_driver(
-        {"kafka-python": KafkaPythonDriver, "aiokafka": AIOKafkaDriver}[client], mechanism
-    )
-
-
-def broker_addresses(response: MetadataResponse) -> list[tuple[int, str, int]]:
-    return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
-
-
-def assert_gateway_clean(gw: GatewayProcess) -> None:
-    """No traceback and no protocol violation in the gateway's log; still serving."""
-    log = gw.log_text()
-    assert "Traceback" not in log, gw.log_tail()
-    assert "connection.protocol_violation" not in log, gw.log_tail()
-    assert gw.running and port_accepts(gw.host, gw.port)
-
-
-def librdkafka_admin(gw: GatewayProcess, mechanism: str, password: str, errors: list[Any]) -> Any:
-    """A librdkafka AdminClient logging in through ``gw``; errors go to ``errors``."""
-    from confluent_kafka.admin import AdminClient
-
-    conf = {
-        "bootstrap.servers": gw.bootstrap,
-        **sasl_settings(mechanism, password),
-        "error_cb": errors.append,
-        "logger": logging.getLogger("tests.librdkafka"),
-    }
-    return AdminClient(conf)
-
-
-def librdkafka_refusal(gw: GatewayProcess, mechanism: str, password: str) -> list[Any]:
-    """The KafkaErrors librdkafka reports (error_cb) on its first failed login via ``gw``;
-    it connects on creation and retries, so wait for the first report, not a timeout."""
-    errors: list[Any] = []
-    admin = librdkafka_admin(gw, mechanism, password, errors)
-    deadline = time.monotonic() + OP_TIMEOUT_S
-    while not errors and time.monotonic() < deadline:
-        admin.poll(0.1)  # error_cb runs from poll()
-    return errors
-
-
-def gateway_requests(gw: GatewayProcess) -> dict[tuple[str, int], float]:
-    """kafka_gateway_requests_total summed by (api, api_version), from ``gw``'s /metrics."""
-    text = urllib.request.urlopen(gw.metrics_url, timeout=5).read().decode()
-    counts: dict[tuple[str, int], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "kafka_gateway_requests_total":
-                key = (sample.labels["api"], int(sample.labels["api_version"]))
-                counts[key] = counts.get(key, 0.0) + sample.value
-    return counts
-
-
-def sasl_versions(gw: GatewayProcess) -> dict[str, set[int]]:
-    """The SaslHandshake and SaslAuthenticate versions clients sent through ``gw``."""
-    seen: dict[str, set[int]] = {"SaslHandshake": set(), "SaslAuthenticate": set()}
-    for (api, version), count in gateway_requests(gw).items():
-        if api in seen and count > 0:
-            seen[api].add(version)
-    return seen
+    """The module's broker (secure_kafka.py): one JVM for every scenario here."""
+    with started_secure_kafka(tmp_path_factory.mktemp("kafka-security")) as kafka:
+        yield kafka
 
 
 # --------------------------------------------------------------------------------------
@@ -322,7 +94,7 @@ def test_premise_kafka_authenticates_and_advertises_the_unreachable_host(secure_
     assert brokers == [(secure_kafka.broker.node_id, UNREACHABLE_HOST, port)]
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", PASSWORD_MECHANISMS)
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_real_clients_log_in_produce_and_consume(
     secure_kafka, gateway_factory, unique_topic, client, mechanism
@@ -335,7 +107,7 @@ def test_real_clients_log_in_produce_and_consume(
     assert_gateway_clean(gw)
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", PASSWORD_MECHANISMS)
 def test_handshake_v0_raw_tokens_against_kafkas_authenticator(
     secure_kafka, gateway_factory, mechanism
 ):
@@ -391,14 +163,9 @@ def test_wrong_passwords_are_refused_by_kafka_and_the_gateway_serves_on(
         conn.send_frame(scram.final_message())
         assert conn.expect_closed(timeout=OP_TIMEOUT_S)
     with connect(gw) as conn:  # v1: an error answer in SaslAuthenticate, then the close
-        handshake = top_level(schema_module("sasl_handshake", 1, "request"))
-        authenticate = top_level(schema_module("sasl_authenticate", 2, "request"))
-        answer = conn.request(SASL_HANDSHAKE, 1, handshake(mechanism="PLAIN"))
-        assert answer.body[:2] == b"\x00\x00"
-        token = authenticate(auth_bytes=f"\0{USER}\0wrong".encode())
-        answer = conn.request(SASL_AUTHENTICATE, 2, token)
-        assert int.from_bytes(answer.body[:2], "big") == SASL_AUTHENTICATION_FAILED
-        assert b"Invalid username or password" in answer.body
+        answer = plain_login_v1(conn, "wrong")
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED
+        assert "Invalid username or password" in (answer.error_message or "")
         assert conn.expect_closed(timeout=OP_TIMEOUT_S)
     # A real client names the failure, in Kafka's words (per mechanism's SaslServer).
     reasons = {
@@ -435,6 +202,71 @@ def test_sasl_handshake_on_a_plaintext_listener_is_an_answer_not_a_close(
     assert_gateway_clean(gw)
 
 
+def test_oauthbearer_unsecured_jwt_raw_rounds_and_librdkafka(
+    secure_kafka, gateway_factory, unique_topic
+):
+    gw = gateway_factory(upstream=secure_kafka.sasl, metrics=True)
+    with connect(gw) as conn:  # v0, token accepted: one round, Kafka's empty token
+        assert handshake_v0(conn, "OAUTHBEARER")[0] == 0
+        assert raw_token(conn, oauthbearer_initial_response(unsecured_jwt())) == b""
+        assert broker_addresses(metadata(conn)) == [
+            (secure_kafka.broker.node_id, "127.0.0.1", gw.port)
+        ]
+    with connect(gw) as conn:  # v0, token refused: Kafka's error challenge adds a round
+        assert handshake_v0(conn, "OAUTHBEARER")[0] == 0
+        challenge = raw_token(conn, oauthbearer_initial_response(unsecured_jwt(-3600)))
+        assert json.loads(challenge)["status"] == "invalid_token"
+        conn.send_frame(b"\x01")  # RFC 7628's answer to a challenge: Kafka then closes
+        assert conn.expect_closed(timeout=OP_TIMEOUT_S)
+    oauth = {  # librdkafka's own unsecured JWT, through SaslAuthenticate
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": f"principal={USER}",
+    }
+    produce_and_consume(confluent(**oauth), gw, unique_topic)
+    assert sasl_versions(gw)["SaslHandshake"] == {0, 1}
+    assert_gateway_clean(gw)  # a \x01 read as a request would be a protocol violation
+
+
+def test_kip368_reauthentication_then_session_expiry(secure_kafka, gateway_factory):
+    gw = gateway_factory(upstream=secure_kafka.addresses["REAUTH"])
+    with connect(gw) as conn:
+        for _ in range(2):  # login, then re-authentication on the same connection
+            answer = plain_login_v1(conn)
+            assert answer.error_code == 0
+            assert answer.session_lifetime == timedelta(milliseconds=REAUTH_MS)
+            assert broker_addresses(metadata(conn))[0][1:] == ("127.0.0.1", gw.port)
+            time.sleep(REAUTH_MS / 2000)  # Kafka allows one re-authentication a second
+        time.sleep(REAUTH_MS / 1000)  # past the session: Kafka closes on the next request
+        conn.send(METADATA, 12, METADATA_ALL)
+        with pytest.raises(ConnectionClosed):
+            conn.recv(flexible_header=True)
+    assert_gateway_clean(gw)
+
+
+def test_librdkafka_reauthenticates_on_its_connections(secure_kafka, gateway_factory, unique_topic):
+    from confluent_kafka import Producer
+
+    gw = gateway_factory(upstream=secure_kafka.addresses["REAUTH"], metrics=True)
+    settings = sasl_settings("PLAIN")
+    confluent(**settings).create_topic(gw.bootstrap, unique_topic)
+    producer = Producer({"bootstrap.servers": gw.bootstrap, "linger.ms": 0, **settings})
+    counts = []
+    for value in (b"before", b"after"):
+        if counts:  # two sessions' worth: librdkafka re-authenticates before each expiry
+            time.sleep(2 * REAUTH_MS / 1000)
+        producer.produce(unique_topic, value)
+        assert producer.flush(OP_TIMEOUT_S) == 0
+        counts.append((gateway_requests(gw)[("SaslHandshake", 1)], gateway_connections(gw)))
+    # More logins on the same connections: Kafka closed none of them for an expired session.
+    (logins, connections), (later_logins, later_connections) = counts
+    assert later_logins > logins and later_connections == connections, counts
+    consumed = confluent(**settings).consume_assigned(gw.bootstrap, unique_topic, 2)
+    assert consumed == [b"before", b"after"]
+    assert_gateway_clean(gw)
+
+
 # --------------------------------------------------------------------------------------
 # TLS to the broker
 # --------------------------------------------------------------------------------------
@@ -445,12 +277,12 @@ def test_upstream_tls_to_kafkas_ssl_listener(secure_kafka, gateway_factory, uniq
         "--upstream-tls",
         "--upstream-tls-ca",
         secure_kafka.ca,
-        upstream=secure_kafka.ssl,
+        upstream=secure_kafka.addresses["SSL"],
         metrics=True,
     )
     produce_and_consume(confluent(), gw, unique_topic)  # plaintext to the gateway
     assert "upstream.probe_failed" not in gw.log_text()
-    assert connect_errors(gw, secure_kafka.ssl) == 0
+    assert connect_errors(gw, secure_kafka.addresses["SSL"]) == 0
     assert_gateway_clean(gw)
 
 
@@ -459,7 +291,7 @@ def test_upstream_tls_with_a_wrong_ca_fails_cleanly(secure_kafka, gateway_factor
         "--upstream-tls",
         "--upstream-tls-ca",
         secure_kafka.other_ca,
-        upstream=secure_kafka.ssl,
+        upstream=secure_kafka.addresses["SSL"],
         metrics=True,
     )
     gw.wait_for_log("upstream.probe_failed")
@@ -468,16 +300,19 @@ def test_upstream_tls_with_a_wrong_ca_fails_cleanly(secure_kafka, gateway_factor
             assert conn.expect_closed(timeout=OP_TIMEOUT_S), attempt
     lines = [line for line in gw.log_text().splitlines() if "upstream.connect_failed" in line]
     assert len(lines) >= 2 and all("CERTIFICATE_VERIFY_FAILED" in line for line in lines), lines
-    assert connect_errors(gw, secure_kafka.ssl) >= len(lines)
+    assert connect_errors(gw, secure_kafka.addresses["SSL"]) >= len(lines)
     assert_gateway_clean(gw)
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", PASSWORD_MECHANISMS)
 def test_sasl_over_upstream_tls(secure_kafka, gateway_factory, unique_topic, mechanism):
     # The client speaks SASL_PLAINTEXT to the gateway; the gateway adds TLS to Kafka's
     # SASL_SSL listener: SASL passes through the TLS leg untouched.
     gw = gateway_factory(
-        "--upstream-tls", "--upstream-tls-ca", secure_kafka.ca, upstream=secure_kafka.sasl_ssl
+        "--upstream-tls",
+        "--upstream-tls-ca",
+        secure_kafka.ca,
+        upstream=secure_kafka.addresses["SASL_SSL"],
     )
     produce_and_consume(confluent(**sasl_settings(mechanism)), gw, unique_topic)
     with connect(gw) as conn:
