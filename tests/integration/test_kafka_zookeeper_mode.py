@@ -24,16 +24,18 @@ One broker serves the module; the test that makes a broker exit has its own.
 from __future__ import annotations
 
 import json
-import struct
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.describe_cluster.v1.response import DescribeClusterResponse
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest as FindCoordinatorV1
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
 from kio.schema.metadata.v1.request import MetadataRequest as MetadataV1
@@ -45,6 +47,8 @@ from gateway.features.catalogue import load_catalogue
 from gateway.features.store import FeatureStore, make_client
 from gateway.features.validation import FeatureUpdate, UpgradeType, validate_updates
 from gateway.features.znode import Finalized, decode_feature_znode
+from gateway.interceptors._tagged import strip_unknown_tags
+from gateway.interceptors.describe_cluster import strip_software_per_broker
 from gateway.server.apache_kafka import ZOOKEEPER_MODE_VERSION
 from tests.conftest import GatewayFactory
 from tests.harness import (
@@ -53,6 +57,7 @@ from tests.harness import (
     HarnessError,
     KafkaConnection,
     ZooKeeperProcess,
+    decode,
 )
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.kafka_wire import Features, parse_features
@@ -64,6 +69,7 @@ __all__ = ["client_log"]  # a fixture of test_clients, used here by name
 
 UNSUPPORTED_VERSION = 35
 CONSUMER_GROUP_HEARTBEAT = 68
+DESCRIBE_CLUSTER = 60
 #: How long a 3.9 broker may take to act on a /feature change.
 FEATURE_CHANGE_S = 15.0
 #: The level the write tests finalize: transaction.version 1 gates no API version in the
@@ -88,8 +94,7 @@ class ZooKeeperModeKafka:
 
     @property
     def chroot(self) -> str:
-        assert self.broker.chroot is not None
-        return self.broker.chroot
+        return self.store.paths.chroot
 
     def registered_features(self) -> dict[str, tuple[int, int]]:
         """The supported features in the broker's ``/brokers/ids/<id>`` registration."""
@@ -158,11 +163,10 @@ def finalized_levels(features: Features) -> dict[str, int]:
     return {name: high for name, (_, high) in features.finalized.items()}
 
 
-def described(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
+def described(result: subprocess.CompletedProcess[str]) -> Any:
     """The JSON document of a successful ``featurectl describe --output json``."""
     assert_ok(result)
-    document: dict[str, object] = json.loads(result.stdout)
-    return document
+    return json.loads(result.stdout)
 
 
 # --------------------------------------------------------------------------------------
@@ -191,9 +195,7 @@ def test_featurectl_describe_reads_the_brokers_feature_znode(kafka39: ZooKeeperM
     document = described(kafka39.featurectl("describe"))
     assert own.epoch >= 0
     assert document["epoch"] == own.epoch == kafka39.store.read().epoch
-    rows = document["features"]
-    assert isinstance(rows, list)
-    levels = {row["feature"]: row["finalized_version_level"] for row in rows}
+    levels = {row["feature"]: row["finalized_version_level"] for row in document["features"]}
     assert {name: level for name, level in levels.items() if level} == finalized_levels(own)
     # Kafka's brokers register under /brokers/ids, not as gateways: featurectl sees none.
     assert document["gateways"] == []
@@ -316,13 +318,8 @@ def test_featurectl_refuses_a_level_the_brokers_in_the_chroot_cannot_serve(
 
     ``--dry-run``: nothing is written, so the module's broker survives either way.
     """
-    gateway_factory(
-        "--zookeeper",
-        kafka39.zookeeper,
-        "--zookeeper-chroot",
-        kafka39.chroot,
-        upstream=kafka39.broker.bootstrap,
-    )
+    gating = ("--zookeeper", kafka39.zookeeper, "--zookeeper-chroot", kafka39.chroot)
+    gateway_factory(*gating, upstream=kafka39.broker.bootstrap)
     wait_for(kafka39.store.registrations, what="the gateway's registration")
     before = kafka39.store.read()
     result = kafka39.featurectl("finalize", "--feature", DOOMED, "--dry-run")
@@ -399,13 +396,8 @@ def gateway39(
 ) -> GatewayProcess:
     """A gateway in front of the 3.9 broker, gating features on the same ZooKeeper ensemble
     (a chroot of its own, nothing finalized)."""
-    return gateway_factory(
-        "--zookeeper",
-        kafka39.zookeeper,
-        "--zookeeper-chroot",
-        gateway_chroot,
-        upstream=kafka39.broker.bootstrap,
-    )
+    gating = ("--zookeeper", kafka39.zookeeper, "--zookeeper-chroot", gateway_chroot)
+    return gateway_factory(*gating, upstream=kafka39.broker.bootstrap)
 
 
 @pytest.mark.parametrize("client", DRIVERS, ids=lambda d: d.name)
@@ -431,25 +423,37 @@ def test_classic_clients_produce_consume_in_a_group_and_describe(
     client_log.assert_clean()
 
 
-def test_metadata_and_find_coordinator_generations_name_the_gateway(
+def describe_cluster(conn: KafkaConnection) -> DescribeClusterResponse:
+    """DescribeCluster v1, decoded without the gateway's KIP-885 tags (kio refuses them)."""
+    request = DescribeClusterRequest(include_cluster_authorized_operations=True)
+    body = conn.request(DESCRIBE_CLUSTER, 1, request).body
+    stripped = strip_software_per_broker(1, strip_unknown_tags(DESCRIBE_CLUSTER, 1, body))
+    return decode(DescribeClusterResponse, stripped)
+
+
+def test_metadata_find_coordinator_and_describe_cluster_name_the_gateway(
     gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka, unique_topic: str
 ) -> None:
     """Metadata v1 (pre-flexible) and v12, FindCoordinator v1 (one coordinator) and v4
     (batched) through the gateway: the 3.9 broker's answers, with its addresses rewritten.
+    DescribeCluster, which the gateway builds itself, says what the broker's own says.
     Premise: straight from the broker, a client is sent to ``unreachable.invalid``."""
     gateway = (gateway39.host, gateway39.port)
-    broker = kafka39.broker
+    broker, group = kafka39.broker, f"g-{unique_topic}"
     node = broker.node_id
     with KafkaConnection(broker.host, broker.port) as conn:
         direct = conn.request_entity(BROKERS_ONLY)
+        kafkas = describe_cluster(conn)
     assert [(b.host, b.port) for b in direct.brokers] == [(UNREACHABLE_HOST, broker.port)]
     with KafkaConnection(*gateway) as conn:
+        ours = describe_cluster(conn)
         old = conn.request_entity(MetadataV1(topics=None))
         new = conn.request_entity(BROKERS_ONLY)
-        single = conn.request_entity(FindCoordinatorV1(key=f"g-{unique_topic}", key_type=i8(0)))
-        batched = conn.request_entity(
-            FindCoordinatorV4(key_type=i8(0), coordinator_keys=(f"g-{unique_topic}",))
+        single = wait_for(  # the first FindCoordinator creates __consumer_offsets
+            lambda: (r := conn.request_entity(FindCoordinatorV1(key=group))).error_code == 0 and r,
+            what="a group coordinator",
         )
+        batched = conn.request_entity(FindCoordinatorV4(key_type=i8(0), coordinator_keys=(group,)))
     for answer in (old, new):
         assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(node, *gateway)]
         assert answer.controller_id == node
@@ -457,6 +461,8 @@ def test_metadata_and_find_coordinator_generations_name_the_gateway(
     [coordinator] = batched.coordinators
     assert (coordinator.error_code, coordinator.node_id) == (0, node)
     assert (coordinator.host, coordinator.port) == gateway
+    rewritten = tuple(replace(b, host=gateway[0], port=i32(gateway[1])) for b in kafkas.brokers)
+    assert ours == replace(kafkas, brokers=rewritten)
 
 
 @pytest.mark.xfail(
@@ -480,10 +486,9 @@ def test_gateway_registers_only_levels_the_broker_serves(
             subscribed_topic_names=("t",),
             topic_partitions=(),
         )  # fmt: skip
-        response = conn.request(CONSUMER_GROUP_HEARTBEAT, 0, request)
+        response = conn.request_entity(request)
     assert CONSUMER_GROUP_HEARTBEAT in advertised
-    # ConsumerGroupHeartbeatResponse v0: ThrottleTimeMs int32, then ErrorCode int16.
-    assert struct.unpack_from(">h", response.body, 4)[0] == UNSUPPORTED_VERSION
+    assert response.error_code == UNSUPPORTED_VERSION
     store = FeatureStore(kafka39.store.client, gateway_chroot)
     [registration] = wait_for(store.registrations, what="the gateway's registration")
     assert registration.features["group.version"][1] == 0, registration.features
