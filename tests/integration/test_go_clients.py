@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GatewayFactory
-from tests.harness import GatewayProcess
+from tests.harness import UNREACHABLE_HOST, GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.go_clients import GoClient, GoMissing, GoRun, build
 
@@ -96,6 +96,7 @@ def test_premise_direct_produce_fails(
     run = direct.run("produce", topic=unique_topic, count=1, create=1, timeout_s=3, check=False)
     assert run.returncode == 1, run
     assert run.of("produced") == []
+    assert UNREACHABLE_HOST in run.one("error")["error"]
 
 
 # --------------------------------------------------------------------------------------
@@ -219,7 +220,12 @@ def test_admin(
 
 
 def test_transactions(franz: GoClient, advertised: dict[str, list[int]], unique_topic: str) -> None:
-    """One aborted then one committed transaction; read_committed sees only the second."""
+    """One aborted then one committed transaction; read_committed sees only the second.
+
+    Then exactly-once consume-transform-produce (franz-go's GroupTransactSession, in a
+    KIP-848 group) moves the topic's committed records to a second topic, committing
+    the group's offsets inside each transaction (TxnOffsetCommit through the gateway).
+    """
     count = 5
     txn = franz.run(
         "txn",
@@ -240,11 +246,39 @@ def test_transactions(franz: GoClient, advertised: dict[str, list[int]], unique_
         isolation="read_committed",
         timeout_s=OP_TIMEOUT_S,
     )
-    assert sorted(committed.values) == [f"committed-{i}" for i in range(count)]
+    expected = [f"committed-{i}" for i in range(count)]
+    assert sorted(committed.values) == expected
     everything = franz.run("consume", topic=unique_topic, count=2 * count, timeout_s=OP_TIMEOUT_S)
-    assert sorted(everything.values) == sorted(
-        [f"aborted-{i}" for i in range(count)] + [f"committed-{i}" for i in range(count)]
+    assert sorted(everything.values) == sorted([f"aborted-{i}" for i in range(count)] + expected)
+
+    copy, group = f"{unique_topic}-eos", f"eos-{unique_topic}"
+    eos = franz.run(
+        "eos",
+        source=unique_topic,
+        topic=copy,
+        create=PARTITIONS,
+        group=group,
+        protocol="consumer",
+        txn_id=f"eos-{unique_topic}",
+        count=count,
+        timeout_s=OP_TIMEOUT_S,
     )
+    assert all(e["committed"] for e in eos.of("transaction")), eos
+    assert {"ConsumerGroupHeartbeat", "TxnOffsetCommit"} <= set(eos.requests)
+    assert_negotiated(eos, advertised)
+    moved = franz.run(
+        "consume", topic=copy, count=count, isolation="read_committed", timeout_s=OP_TIMEOUT_S
+    )
+    assert sorted(moved.values) == [f"eos-{v}" for v in expected]
+    # The group resumes after the last record it moved (the commit marker after it is
+    # a control record, so this is below the partition's end offset).
+    resume: dict[str, int] = {}
+    for record in committed.of("consumed"):
+        resume[str(record["partition"])] = max(
+            resume.get(str(record["partition"]), 0), record["offset"] + 1
+        )
+    offsets = franz.run("admin", group=group).one("group_offsets")
+    assert offsets["offsets"] == {unique_topic: resume}
 
 
 # --------------------------------------------------------------------------------------

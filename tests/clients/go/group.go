@@ -14,10 +14,10 @@ import (
 // (KIP-848, ServerSideBalancer: the broker assigns through ConsumerGroupHeartbeat).
 // franz-go silently falls back to classic when the broker does not advertise
 // ConsumerGroupHeartbeat v1+; the "wire" line shows which one really ran.
-func groupOpts(o *options) ([]kgo.Opt, error) {
+func groupOpts(o *options, topic string) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{
 		kgo.ConsumerGroup(o.group),
-		kgo.ConsumeTopics(o.topic),
+		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		kgo.SessionTimeout(6 * time.Second),
@@ -38,7 +38,7 @@ func groupOpts(o *options) ([]kgo.Opt, error) {
 // runGroup joins o.group, reads o.count records, commits exactly those (per partition,
 // the offset after the last one read) and leaves, so a second run resumes after them.
 func runGroup(ctx context.Context, o *options) error {
-	opts, err := groupOpts(o)
+	opts, err := groupOpts(o, o.topic)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@ var commands = map[string]command{
 	"consume":  {"read -count records of -topic from the start, no group", runConsume},
 	"group":    {"consume -count records in -group, commit exactly them, leave", runGroup},
 	"txn":      {"abort one transaction of -count records, then commit one", runTxn},
+	"eos":      {"read -count records of -source in -group, write them to -topic (EOS)", runEOS},
 	"admin":    {"kadm: create, topics, metadata, cluster, versions, -group, -topic offsets", runAdmin},
 	"versions": {"ApiVersions on the bootstrap connection only, with kversion's guess", runVersions},
 }
@@ -40,6 +41,7 @@ var commands = map[string]command{
 type options struct {
 	bootstrap string
 	topic     string
+	source    string
 	group     string
 	protocol  string
 	isolation string
@@ -87,7 +89,7 @@ func (o *options) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: gatewayclient <command> -bootstrap host:port [flags]")
-	for _, name := range []string{"produce", "consume", "group", "txn", "admin", "versions"} {
+	for _, name := range []string{"produce", "consume", "group", "txn", "eos", "admin", "versions"} {
 		fmt.Fprintf(os.Stderr, "  %-9s %s\n", name, commands[name].help)
 	}
 }
@@ -106,6 +108,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	fs.StringVar(&o.bootstrap, "bootstrap", "127.0.0.1:9092", "bootstrap servers (comma separated)")
 	fs.StringVar(&o.topic, "topic", "", "topic")
+	fs.StringVar(&o.source, "source", "", "topic eos reads from")
 	fs.StringVar(&o.group, "group", "", "consumer group")
 	fs.StringVar(&o.protocol, "protocol", "classic", "group protocol: classic or consumer (KIP-848)")
 	fs.StringVar(&o.isolation, "isolation", "read_uncommitted", "read_committed or read_uncommitted")

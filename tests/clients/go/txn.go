@@ -41,3 +41,57 @@ func runTxn(ctx context.Context, o *options) error {
 	}
 	return nil
 }
+
+// runEOS is consume-transform-produce with franz-go's GroupTransactSession: it reads
+// -source in -group and writes each record's value, prefixed "eos-", to -topic, one
+// transaction per poll, committing the group's offsets inside the transaction
+// (AddOffsetsToTxn, TxnOffsetCommit), until -count records went through.
+func runEOS(ctx context.Context, o *options) error {
+	opts, err := groupOpts(o, o.source)
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		kgo.DefaultProduceTopic(o.topic),
+		kgo.TransactionalID(o.txnID),
+		kgo.TransactionTimeout(o.timeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	sess, err := kgo.NewGroupTransactSession(o.clientOpts(opts...)...)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	if err := createTopic(ctx, o, sess.Client()); err != nil {
+		return err
+	}
+	done := 0
+	for done < o.count {
+		fetches := sess.PollRecords(ctx, o.count-done)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("moved %d of %d records: %w", done, o.count, err)
+		}
+		if err := fetches.Err(); err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		var out []*kgo.Record
+		fetches.EachRecord(func(r *kgo.Record) {
+			out = append(out, &kgo.Record{Key: r.Key, Value: append([]byte("eos-"), r.Value...)})
+		})
+		if err := sess.ProduceSync(ctx, out...).FirstErr(); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+		committed, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			return fmt.Errorf("end transaction: %w", err)
+		}
+		if committed {
+			done += len(out)
+		}
+		o.emit("transaction", map[string]any{"records": len(out), "committed": committed})
+	}
+	return nil
+}
