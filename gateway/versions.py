@@ -39,6 +39,7 @@ from functools import cache
 from importlib import resources
 from typing import NamedTuple
 
+from .features.report import NO_FEATURES, FeatureReport
 from .interceptors._codec import decode_response
 from .interceptors._tagged import strip_unknown_tags
 from .protocol import API_VERSIONS, api_range, known_api_keys
@@ -135,6 +136,14 @@ def parse_api_versions_response(body: bytes | memoryview, version: int) -> dict[
     dropped first, since kio refuses unknown tags. Raises ``ApiVersionsError`` when the
     response carries an error code, ``ValueError`` when it cannot be read at all.
     """
+    return parse_upstream_api_versions(body, version)[0]
+
+
+def parse_upstream_api_versions(
+    body: bytes | memoryview, version: int
+) -> tuple[dict[int, VersionRange], FeatureReport]:
+    """The ranges and the features (KIP-584, v3+) an upstream's ApiVersions answer reports;
+    read as ``parse_api_versions_response`` reads it."""
     data = bytes(body)
     message = None
     for attempt in dict.fromkeys((version, 0)):
@@ -149,7 +158,13 @@ def parse_api_versions_response(body: bytes | memoryview, version: int) -> dict[
     ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in message.api_keys}
     if message.error_code != 0:
         raise ApiVersionsError(int(message.error_code), ranges)
-    return ranges
+    if not hasattr(message, "supported_features"):
+        return ranges, NO_FEATURES
+    return ranges, FeatureReport(
+        {f.name: (int(f.min_version), int(f.max_version)) for f in message.supported_features},
+        {f.name: int(f.max_version_level) for f in message.finalized_features},
+        int(message.finalized_features_epoch),
+    )
 
 
 # --- release fingerprint -------------------------------------------------------------

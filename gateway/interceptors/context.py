@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import Catalogue
+from ..features.report import FeatureReport
 from ..features.validation import FeatureUpdate, UpdateResult
 from ..features.znode import Finalized
 from ..observability.metrics import Metrics
@@ -81,6 +82,9 @@ class Exchange(Protocol):
     # Negotiated ranges (None until the upstream answered ApiVersions) and the upstream's.
     ranges: dict[int, VersionRange] | None
     upstream_ranges: dict[int, VersionRange]
+    # The features clients of this connection are told: the gateway's merged with the
+    # upstream's (gateway.features.report).
+    feature_report: FeatureReport
 
     @property
     def closed(self) -> bool: ...

@@ -30,6 +30,7 @@ from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
 
+from ..features.report import FeatureReport
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..protocol import (
     API_VERSIONS,
@@ -50,7 +51,7 @@ from ..protocol import (
     tail_program,
 )
 from ..protocol._apis import api_name
-from ..versions import ApiVersionsError, VersionRange, parse_api_versions_response
+from ..versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 from . import addresses, local
 from . import upstream as internal
 from .context import Exchange, GatewayView
@@ -182,16 +183,16 @@ def forwards_unknown(ctx: Exchange, api_key: int, api_version: int) -> bool:
 # -- the gateway's own ApiVersions request upstream ----------------------------------------
 def ask_upstream_versions(
     ctx: Exchange,
-    negotiated: Callable[[dict[int, VersionRange]], None],
+    negotiated: Callable[[dict[int, VersionRange], FeatureReport], None],
     build: Callable[[int], tuple[int, bytes]] = internal.api_versions_request,
 ) -> None:
-    """Learn the upstream's ranges on the connection's own behalf (the latest version,
-    then v0 if the broker refuses it) and hand them to ``negotiated``; close if the
-    broker answers neither."""
+    """Learn the upstream's ranges and features on the connection's own behalf (the
+    latest version, then v0 if the broker refuses it) and hand them to ``negotiated``;
+    close if the broker answers neither."""
 
     def on_versions(payload: memoryview) -> None:
         try:
-            ranges = parse_api_versions_response(payload[4:], version)
+            ranges, features = parse_upstream_api_versions(payload[4:], version)
         except ApiVersionsError as exc:
             if version > 0:
                 ask_upstream_versions(ctx, negotiated, internal.api_versions_v0_request)
@@ -211,7 +212,7 @@ def ask_upstream_versions(
             )
             ctx.close()
             return
-        negotiated(ranges)
+        negotiated(ranges, features)
 
     # The answer cannot come before this returns: on_versions reads ``version`` then.
     version = ctx.ask_upstream(API_VERSIONS, build, on_versions)

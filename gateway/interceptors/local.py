@@ -52,11 +52,11 @@ def answer_api_versions_request(ctx: Exchange, request: RequestFrame, body: memo
     header = request.header
     assert ctx.ranges is not None
     gw = ctx.gateway
-    features = gw.features
+    report = ctx.feature_report
     feature_fields = {
-        "supported_features": features.supported or {},
-        "finalized_features": features.finalized.levels,
-        "finalized_epoch": features.finalized.epoch,
+        "supported_features": report.supported,
+        "finalized_features": report.finalized,
+        "finalized_epoch": report.epoch,
     }
     answer = answer_api_versions(
         header,

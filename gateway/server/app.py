@@ -24,6 +24,7 @@ from .. import __version__
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import CatalogueError
+from ..features.report import NO_FEATURES, FeatureReport, merge_reports
 from ..features.znode import Registration
 from ..interceptors import dispatch
 from ..interceptors import upstream as internal
@@ -317,15 +318,21 @@ class Gateway:
         """KIP-700 for any backend: answer DescribeCluster from Metadata when needed."""
         return self.config.synthesize_describe_cluster or DESCRIBE_CLUSTER not in upstream
 
-    def negotiated(self, address: HostPort, upstream: dict[int, VersionRange]) -> Negotiated:
-        """The ranges of a connection to ``address`` that advertised ``upstream``.
+    def negotiated(
+        self,
+        address: HostPort,
+        upstream: dict[int, VersionRange],
+        upstream_features: FeatureReport = NO_FEATURES,
+    ) -> Negotiated:
+        """The ranges (and features) of a connection to ``address`` that advertised
+        ``upstream`` and reported ``upstream_features``.
 
         Every connection to one upstream gets the same answer, so it is made once and
         shared: the dicts of up to ~90 keys each were most of an idle connection's
         memory (about 14 kB of its 18 kB of Python objects) when each made its own.
         Forgotten when the feature caps change, and kept for a few upstreams only.
         """
-        key = (address, tuple(upstream.items()))
+        key = (address, tuple(upstream.items()), upstream_features.key())
         found = self._negotiated.get(key)
         if found is not None:
             # The feature gate follows the latest answer of each upstream, as when every
@@ -333,7 +340,7 @@ class Gateway:
             self.features.set_available(str(address), found.available)
             return found
         available = negotiate(self._own_ranges, upstream)
-        ranges = self.advertised_ranges(address, upstream, available)
+        ranges = self.advertised_ranges(address, upstream, available, upstream_features)
         passthrough = dict(ranges)
         for api_key in dispatch.answered_here(self, upstream):
             passthrough.pop(api_key, None)
@@ -347,7 +354,15 @@ class Gateway:
             dispatch.LAST_HEADS,
             self.router,
         )
-        found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
+        features = merge_reports(
+            self.features.report(),
+            upstream_features,
+            self.features.catalogue,
+            gating=self.features.enabled,
+        )
+        found = self._negotiated[key] = Negotiated(
+            upstream, available, ranges, passthrough, lane, features
+        )
         return found
 
     def advertised_ranges(
@@ -355,8 +370,10 @@ class Gateway:
         address: HostPort,
         upstream: dict[int, VersionRange],
         available: dict[int, VersionRange] | None = None,
+        upstream_features: FeatureReport = NO_FEATURES,
     ) -> dict[int, VersionRange]:
-        """What clients of this upstream may use: own ∩ upstream (+ DescribeCluster).
+        """What clients of this upstream may use: own ∩ upstream ∩ feature caps
+        (+ what the gateway answers itself).
 
         ``available``: own ∩ upstream, when the caller has it already.
         """
@@ -374,7 +391,7 @@ class Gateway:
         if available is None:
             available = negotiate(self._own_ranges, upstream)
         self.features.set_available(str(address), available)
-        caps = self.features.caps
+        caps = self.features.caps_for(upstream_features)
         ranges = negotiate(self._own_ranges, upstream, caps)
         for key in dispatch.served_for_upstream(self, upstream):
             # The gateway answers these itself (UpdateFeatures: the finalized levels live

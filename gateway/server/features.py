@@ -31,6 +31,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ..features.catalogue import Catalogue, load_catalogue, missing_for, supported, version_caps
+from ..features.report import FeatureReport, enforced_levels
 from ..features.store import (
     EpochConflict,
     FeatureStore,
@@ -173,6 +174,19 @@ class FeatureGate:
         if changed:
             self._check_compatible(startup=False)
             self._schedule_register()
+
+    def report(self) -> FeatureReport:
+        """What this gateway alone would report: its support and its finalized levels."""
+        return FeatureReport(self.supported or {}, self.finalized.levels, self.finalized.epoch)
+
+    def caps_for(self, upstream: FeatureReport) -> dict[int, int]:
+        """Version caps for clients of an upstream that reported ``upstream``: the gateway's
+        levels, each lowered to the broker's where the broker knows the feature (a level
+        the broker has not finalized would only get clients its refusals)."""
+        if not self.enabled or not upstream.supported:
+            return self.caps
+        levels = enforced_levels(self.finalized.levels, upstream, self.catalogue)
+        return version_caps(self.catalogue, levels)
 
     def reload_catalogue(self) -> bool:
         """SIGHUP: re-read features_catalogue; True when it changed. Raises

@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from ..clients import ClientInfo
 from ..config import HostPort
+from ..features.report import NO_FEATURES, FeatureReport
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
 from ..observability.logging import RateLimitedLogger, get_logger
@@ -177,6 +178,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         "_unknown_node",
         "_upstream_pauses",
         "counted",
+        "feature_report",
         "gateway",
         "info",
         "listener",
@@ -187,6 +189,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         "ranges",
         "tls_subject",
         "upstream_address",
+        "upstream_features",
         "upstream_ranges",
     )
 
@@ -229,6 +232,9 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
         self.upstream_ranges: dict[int, VersionRange] = {}
+        # The features the upstream reported, and what clients are told (both merged).
+        self.upstream_features = NO_FEATURES
+        self.feature_report = NO_FEATURES
         self._passthrough: dict[int, VersionRange] = {}
         # Client bytes that arrived before negotiation finished.
         self._held: list[bytes] = []
@@ -559,11 +565,14 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         self.upstream = upstream
         dispatch.ask_upstream_versions(self, self._negotiated)
 
-    def _negotiated(self, upstream_ranges: dict[int, VersionRange]) -> None:
+    def _negotiated(
+        self, upstream_ranges: dict[int, VersionRange], upstream_features: FeatureReport
+    ) -> None:
         # The copy every connection to this upstream shares (this one's own goes).
         self.upstream_ranges = self.gateway.negotiated(
-            self.upstream_address, upstream_ranges
+            self.upstream_address, upstream_ranges, upstream_features
         ).upstream
+        self.upstream_features = upstream_features
         self.renegotiate()
         held, self._held = self._held, []
         self._held_size = 0
@@ -581,8 +590,11 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         """
         if self.upstream is None or (not self.upstream_ranges and self.ranges is None):
             return
-        negotiated = self.gateway.negotiated(self.upstream_address, self.upstream_ranges)
+        negotiated = self.gateway.negotiated(
+            self.upstream_address, self.upstream_ranges, self.upstream_features
+        )
         self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
+        self.feature_report = negotiated.features
         self.lane_table = negotiated.lane
         self._lane_state()
 

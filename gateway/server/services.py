@@ -14,6 +14,7 @@ from typing import NamedTuple, Protocol
 
 from ..clients import ClientInfo
 from ..config import HostPort
+from ..features.report import FeatureReport
 from ..interceptors.context import GatewayView
 from ..observability.logging import RequestLog
 from ..versions import VersionRange
@@ -42,7 +43,12 @@ class GatewayServices(GatewayView, Protocol):
     def connection_opened(self, conn: Connection) -> ClientInfo: ...
     def connection_closed(self, conn: Connection) -> None: ...
     def upstream_server_hostname(self, address: HostPort) -> str | None: ...
-    def negotiated(self, address: HostPort, upstream: dict[int, VersionRange]) -> Negotiated: ...
+    def negotiated(
+        self,
+        address: HostPort,
+        upstream: dict[int, VersionRange],
+        upstream_features: FeatureReport = ...,
+    ) -> Negotiated: ...
 
 
 class Negotiated(NamedTuple):
@@ -53,3 +59,4 @@ class Negotiated(NamedTuple):
     ranges: dict[int, VersionRange]  # what clients are told: own ∩ upstream ∩ caps
     passthrough: dict[int, VersionRange]  # ranges minus the keys answered here
     lane: object  # what the compiled lane may take of it (proxy.PlainTable)
+    features: FeatureReport  # what clients are told of features: the gateway's and the upstream's

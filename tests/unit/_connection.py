@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from gateway.config import load_config
+from gateway.features.report import NO_FEATURES
 from gateway.server.app import Gateway
 from gateway.server.proxy import ClientConnection
 from gateway.versions import gateway_supported
@@ -57,5 +58,5 @@ def connected(transport: Callable[[], T], **settings: object) -> tuple[ClientCon
     client, upstream = transport(), transport()
     conn.client = client  # type: ignore[assignment]
     conn.upstream = upstream  # type: ignore[assignment]
-    conn._negotiated(gateway_supported())
+    conn._negotiated(gateway_supported(), NO_FEATURES)
     return conn, client, upstream

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import pytest
 from kio.index import load_response_schema
 
+from gateway.features.report import NO_FEATURES
 from gateway.interceptors import addresses, dispatch
 from gateway.protocol import Incomplete, InFlightRequest, Malformed, tail_program
 from gateway.protocol._stats import LATENCY_BUCKETS
@@ -328,7 +329,7 @@ class Side:
         if book is not None:  # both sides of a stream ask one book
             self.conn.gateway.router = book  # type: ignore[assignment]
             self.conn.gateway._negotiated.clear()  # a lane table made with this book
-            self.conn._negotiated(gateway_supported())
+            self.conn._negotiated(gateway_supported(), NO_FEATURES)
         self.lane = lane
         # The request log's lines (every request's, when log_requests is 1).
         self.logged: list[dict[str, object]] = []
