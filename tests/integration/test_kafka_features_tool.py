@@ -1,0 +1,461 @@
+"""kafka-features.sh parity: Apache Kafka's own FeatureCommand against real gateways.
+
+Each gateway has a ZooKeeper chroot of its own (the session's ZooKeeper), allows
+UpdateFeatures from loopback, and sits in front of the session's real Apache Kafka.
+The same operation runs as Kafka 4.4's ``FeatureCommand`` (what ``kafka-features.sh``
+runs) through one gateway and as ``featurectl --bootstrap-server`` through a twin
+gateway started from the same levels; the outcomes must agree: exit code, the levels
+and epoch in ZooKeeper afterwards, and the class of message (what was or can be set,
+or the gateway's refusal text, which both tools print). Where the two differ on
+purpose (featurectl's --allow-downgrade, --release-version skipping what no gateway
+serves), the test asserts the documented difference instead.
+
+Comparisons are "FeatureCommand's outcome == featurectl's outcome through the same
+kind of gateway", which holds whether or not the gateway merges its upstream broker's
+own features (metadata.version) into ApiVersions; assertions that need that merge are
+marked ``MERGED``. FeatureCommand is also run against Kafka directly (read-only and
+--dry-run only: the broker is the session's) to pin down where the gateway answers
+differently from Kafka.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from featurectl.cli import DOWNGRADE_REFUSED
+from gateway.features.catalogue import load_catalogue
+from gateway.features.store import FeatureStore, make_client
+from gateway.features.znode import Finalized
+from gateway.server.apache_kafka import KRAFT_VERSION, classpath, java
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess, ZooKeeperProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.integration.test_featurectl import RUN_TIMEOUT_S, featurectl
+from tests.integration.test_featurectl_protocol import ALLOW_LOCALHOST
+from tests.integration.test_features import wait_for
+
+#: Every test runs kafka-features.sh of this release, whatever broker the session runs.
+TOOL_VERSION = KRAFT_VERSION
+#: A short-lived client JVM on a 2-core box; the Admin client's INFO log off.
+TOOL_JVM = (
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+)
+MERGED = pytest.mark.xfail(strict=True, reason="issue 30 deliverable 2: upstream features merged")
+METADATA = "metadata.version"
+ELR = "eligible.leader.replicas.version"
+TV = "transaction.version"
+#: Every side's gateway has this id (each in its own chroot), so that refusals naming the
+#: gateway read the same on both sides.
+GATEWAY_ID = "gw"
+
+
+def kafka_features(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kafka-features.sh --bootstrap-server BOOTSTRAP ARGS`` (FeatureCommand, Kafka 4.4)."""
+    command = [java(), *TOOL_JVM, "-cp", classpath(TOOL_VERSION)]
+    command += ["org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+# -- reading the two tools' output ------------------------------------------------------
+
+_DESCRIBED = re.compile(
+    r"^Feature: (?P<feature>\S+) +SupportedMinVersion: (?P<low>.+?) +SupportedMaxVersion: "
+    r"(?P<high>.+?) +FinalizedVersionLevel: (?P<level>.+?) +Epoch: (?P<epoch>\S+)$"
+)
+_TOOL_DONE = re.compile(
+    r"^(?P<feature>\S+) (?:was|can be) (?:(?:up|down)graded to (?P<level>\d+)|disabled)\.$"
+)
+_TOOL_FAILED = re.compile(r"^(?:Could|Can) not (?:disable \S+|(?:up|down)grade \S+ to \d+)\. (.*)$")
+_CTL_CHANGE = re.compile(r"^(?!epoch:)(?P<feature>\S+): \d+ → (?P<level>\d+)$")
+_CTL_ERROR = re.compile(r"^error: (?:[\w.]+: )?(.*)$")
+
+
+def described(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, ...]]:
+    """kafka-features.sh describe lines as feature -> (min, max, finalized, epoch)."""
+    assert result.returncode == 0, result
+    rows = {}
+    for line in result.stdout.splitlines():
+        match = _DESCRIBED.match(line)
+        assert match, f"not a kafka-features.sh describe line: {line!r}"
+        rows[match["feature"]] = match.group("low", "high", "level", "epoch")
+    return rows
+
+
+def without_epoch(rows: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    return {feature: fields[:3] for feature, fields in rows.items()}
+
+
+def epoch_of(rows: Mapping[str, tuple[str, ...]]) -> int:
+    (epoch,) = {fields[3] for fields in rows.values()}
+    return -1 if epoch == "-" else int(epoch)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a tool said about an update: ok or not, the levels it says were (or can be)
+    set, and the refusal texts it printed (the gateway's, in both tools)."""
+
+    ok: bool
+    levels: frozenset[tuple[str, int]]
+    messages: frozenset[str]
+
+
+def tool_verdict(result: subprocess.CompletedProcess[str]) -> Verdict:
+    levels, messages = set(), set()
+    for line in result.stdout.splitlines():
+        if done := _TOOL_DONE.match(line):
+            levels.add((done["feature"], int(done["level"] or 0)))
+        elif failed := _TOOL_FAILED.match(line):
+            messages.add(failed[1])
+    if result.returncode != 0 and not messages:
+        messages.add(result.stderr.strip())  # refused before a request was sent
+    return Verdict(result.returncode == 0, frozenset(levels), frozenset(messages))
+
+
+def featurectl_verdict(result: subprocess.CompletedProcess[str]) -> Verdict:
+    levels = {(m["feature"], int(m["level"])) for m in map(_CTL_CHANGE.match,
+              result.stdout.splitlines()) if m}  # fmt: skip
+    messages = {m[1] for m in map(_CTL_ERROR.match, result.stderr.splitlines()) if m}
+    return Verdict(result.returncode == 0, frozenset(levels), frozenset(messages))
+
+
+# -- gateways ----------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One gateway, its own chroot in the shared ZooKeeper, and both tools aimed at it."""
+
+    gateway: GatewayProcess
+    store: FeatureStore
+    zookeeper: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.gateway.bootstrap
+
+    def tool(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return kafka_features(self.bootstrap, *args)
+
+    def featurectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return featurectl("--bootstrap-server", self.bootstrap, *args)
+
+    def featurectl_zk(self, *args: str) -> subprocess.CompletedProcess[str]:
+        chroot = self.store.paths.chroot
+        return featurectl(*args, "--zookeeper", self.zookeeper, "--chroot", chroot)
+
+    def read(self) -> Finalized:
+        return self.store.read()
+
+
+@pytest.fixture
+def upstream(apache_kafka: ApacheKafkaBroker) -> ApacheKafkaBroker:
+    """The session's Apache Kafka, when it is 4.x: the steps finalize transaction.version
+    2, whose API versions (Produce v12+) a 3.x broker does not offer."""
+    if apache_kafka.zookeeper_mode:
+        pytest.skip(f"needs Kafka 4.x behind the gateway, the session runs {apache_kafka.version}")
+    return apache_kafka
+
+
+@pytest.fixture
+def side(
+    gateway_factory: GatewayFactory,
+    shared_zookeeper: ZooKeeperProcess,
+    upstream: ApacheKafkaBroker,
+    tmp_path: Path,
+) -> Iterator[Callable[..., Side]]:
+    """``side(name, levels, config=ALLOW_LOCALHOST)``: a gateway on a fresh chroot whose
+    finalized levels start as ``levels`` (the built-in catalogue, Kafka's feature names)."""
+    client = make_client(shared_zookeeper.connect_string)
+    client.start(timeout=15)
+
+    def start(name: str, levels: Mapping[str, int] = {}, config: str = ALLOW_LOCALHOST) -> Side:
+        store = FeatureStore(client, f"/kafka-features-tool-{uuid.uuid4().hex[:8]}")
+        if levels:
+            store.write(levels, expected_epoch=-1)
+        path = tmp_path / f"{name}.toml"
+        path.write_text(config)
+        gateway = gateway_factory(
+            "--zookeeper", shared_zookeeper.connect_string,
+            "--zookeeper-chroot", store.paths.chroot,
+            "--gateway-id", GATEWAY_ID, "--config", str(path),
+            upstream=upstream.bootstrap, name=name,
+        )  # fmt: skip
+        wait_for(lambda: store.registrations(), what=f"{name}'s registration")
+        return Side(gateway, store, shared_zookeeper.connect_string)
+
+    try:
+        yield start
+    finally:
+        client.stop()
+        client.close()
+
+
+def same_outcome(tool_side: Side, tool_args: tuple[str, ...], ctl_side: Side,
+                 ctl_args: tuple[str, ...]) -> Verdict:  # fmt: skip
+    """Run FeatureCommand on one side and featurectl on its twin; assert both answered
+    alike and left the same levels and epoch; return the verdict."""
+    tool, ctl = tool_side.tool(*tool_args), ctl_side.featurectl(*ctl_args)
+    assert tool.returncode == ctl.returncode, (tool, ctl)
+    verdict = tool_verdict(tool)
+    assert verdict == featurectl_verdict(ctl), (tool, ctl)
+    assert tool_side.read() == ctl_side.read()
+    return verdict
+
+
+# -- describe -----------------------------------------------------------------------------
+
+
+def test_describe_output_kafka_is_what_kafka_features_sh_prints(side: Callable[..., Side]) -> None:
+    a = side("gw-a", {ELR: 1, TV: 2})
+    before = a.tool("describe")
+    ours = a.featurectl("describe", "--output", "kafka")
+    after = a.tool("describe")
+    rows, ours_rows = described(before), described(ours)
+    # Kafka's upstream epoch moves on its own once merged, so the epoch is bracketed.
+    assert without_epoch(rows) == without_epoch(ours_rows) == without_epoch(described(after))
+    assert epoch_of(rows) <= epoch_of(ours_rows) <= epoch_of(described(after))
+    assert (rows[ELR][2], rows[TV][2], rows["group.version"][2]) == ("1", "2", "0")
+    # Byte for byte, padding included: the lines differ at most in the epoch.
+    epochless = [re.sub(r"Epoch: \S+$", "", line) for line in before.stdout.splitlines()]
+    assert [re.sub(r"Epoch: \S+$", "", line) for line in ours.stdout.splitlines()] == epochless
+
+    # The ZooKeeper path: the gateway's registration and the znode's epoch (data version).
+    zk_rows = described(a.featurectl_zk("describe", "--output", "kafka"))
+    assert without_epoch(zk_rows) == {f: r for f, r in without_epoch(rows).items() if f != METADATA}
+    assert epoch_of(zk_rows) == a.read().epoch == 0
+
+
+@MERGED
+def test_describe_through_the_gateway_shows_the_brokers_metadata_version(
+    side: Callable[..., Side], upstream: ApacheKafkaBroker
+) -> None:
+    direct = described(kafka_features(f"127.0.0.1:{upstream.node.internal_port}", "describe"))
+    through = described(side("gw-a").tool("describe"))
+    assert through[METADATA][:3] == direct[METADATA][:3]
+
+
+def test_the_gateway_answers_kafka_features_sh_as_kafka_does_except_its_own_levels(
+    side: Callable[..., Side], upstream: ApacheKafkaBroker
+) -> None:
+    """FeatureCommand straight at Kafka (its loopback INTERNAL listener) and through a
+    gateway: the same features; supported ranges capped by the gateway's catalogue;
+    finalized levels the gateway's own (ZooKeeper); and Kafka (KRaft) takes an update
+    to the current level as a no-op where the gateway (ZooKeeper-mode rules) refuses it."""
+    direct_bootstrap = f"127.0.0.1:{upstream.node.internal_port}"
+    direct = described(kafka_features(direct_bootstrap, "describe"))
+    a = side("gw-a", {ELR: 1})
+    through = described(a.tool("describe"))
+    assert set(through) - {METADATA} == set(direct) - {METADATA}
+    catalogue = load_catalogue()
+    for feature, (low, high, level, _) in through.items():
+        if feature == METADATA:
+            continue
+        capped = min(int(direct[feature][1]), catalogue[feature].max_level)
+        assert (low, high) == (direct[feature][0], str(capped)), feature
+        assert int(level) == a.read().level(feature), feature
+
+    # A feature Kafka has finalized, asked for at its current level (dry run only: the
+    # broker is the session's): KRaft says it can be done, the gateway refuses.
+    feature, (_, _, level, _) = next((f, r) for f, r in direct.items() if f != METADATA
+                                     and r[2] != "0")  # fmt: skip
+    same_level = ("upgrade", "--feature", f"{feature}={level}", "--dry-run")
+    assert tool_verdict(kafka_features(direct_bootstrap, *same_level)).ok
+    a.store.write({ELR: 1, feature: int(level)}, expected_epoch=0)
+    wait_for(lambda: described(a.tool("describe"))[feature][2] == level, what="the new level")
+    refused = tool_verdict(a.tool(*same_level))
+    assert not refused.ok
+    assert refused.messages == {
+        f"Can not upgrade a finalized feature: '{feature}' from existing versionLevel:"
+        f"{level} to the same value."
+    }
+
+
+# -- updates ---------------------------------------------------------------------------
+
+
+def test_upgrade_and_dry_run_agree_with_featurectl(side: Callable[..., Side]) -> None:
+    a, b = side("gw-a"), side("gw-b")
+
+    def both(*args: str) -> Verdict:
+        return same_outcome(a, ("upgrade", *args), b, ("upgrade", *args))
+
+    assert both("--feature", f"{ELR}=1", "--dry-run") == Verdict(True, frozenset({(ELR, 1)}),
+                                                                  frozenset())  # fmt: skip
+    assert a.read() == Finalized({}, -1)
+    assert both("--feature", f"{ELR}=1").ok
+    assert a.read() == Finalized({ELR: 1}, 0)
+    assert both("--feature", f"{TV}=2", "--feature", "group.version=1").levels == {
+        (TV, 2),
+        ("group.version", 1),
+    }
+    assert a.read() == Finalized({ELR: 1, TV: 2, "group.version": 1}, 1)
+
+    # Refusals: the same level, a level no gateway serves, an unknown feature, and an
+    # upgrade to a lower level: each with the gateway's own text, nothing written.
+    for args, text in [
+        (f"{ELR}=1", "to the same value"),
+        (f"{ELR}=2", f"{GATEWAY_ID} (supports 0-1)"),
+        ("no.such.version=1", "the provided feature is not supported"),
+        (f"{TV}=1", "without setting the downgrade flag"),
+    ]:
+        refused = both("--feature", args, "--dry-run")
+        assert not refused.ok and len(refused.messages) == 1, args
+        assert text in next(iter(refused.messages)), args
+    assert a.read() == Finalized({ELR: 1, TV: 2, "group.version": 1}, 1)
+
+
+def test_downgrade_and_disable_agree_with_featurectl_given_allow_downgrade(
+    side: Callable[..., Side],
+) -> None:
+    """kafka-features.sh has no --allow-downgrade (the command word is the consent);
+    featurectl asks for it, and with it answers as the tool does."""
+    a, b = side("gw-a", {TV: 2, ELR: 1}), side("gw-b", {TV: 2, ELR: 1})
+
+    def both(command: str, *args: str) -> Verdict:
+        return same_outcome(a, (command, *args), b, (command, *args, "--allow-downgrade"))
+
+    refused = b.featurectl("downgrade", "--feature", f"{TV}=1")
+    assert (refused.returncode, refused.stderr) == (1, f"error: {DOWNGRADE_REFUSED}\n")
+    assert b.read() == Finalized({TV: 2, ELR: 1}, 0)
+
+    assert both("downgrade", "--feature", f"{TV}=1", "--dry-run").levels == {(TV, 1)}
+    assert a.read() == Finalized({TV: 2, ELR: 1}, 0)
+    assert both("downgrade", "--feature", f"{TV}=1").ok
+    assert a.read() == Finalized({TV: 1, ELR: 1}, 1)
+    for args in (f"{TV}=1", f"{TV}=2"):  # the same level; "down" to a higher one
+        assert not both("downgrade", "--feature", args, "--dry-run").ok, args
+    assert both("downgrade", "--feature", f"{TV}=0", "--unsafe", "--dry-run").ok
+
+    assert both("disable", "--feature", ELR, "--dry-run").levels == {(ELR, 0)}
+    assert both("disable", "--feature", ELR).ok
+    assert a.read() == Finalized({TV: 1}, 2)
+    assert not both("disable", "--feature", "no.such.version").ok
+    assert a.read() == Finalized({TV: 1}, 2)
+
+
+def test_upgrade_to_level_zero_is_refused_by_both_before_or_by_the_gateway(
+    side: Callable[..., Side],
+) -> None:
+    """``upgrade --feature X=0``: Kafka's Admin client refuses it before sending; featurectl
+    sends it and the gateway refuses it. Exit 1 and nothing written either way."""
+    a = side("gw-a", {ELR: 1})
+    tool, ctl = a.tool("upgrade", "--feature", f"{ELR}=0"), a.featurectl("upgrade", "--feature",
+                                                                         f"{ELR}=0")  # fmt: skip
+    assert (tool.returncode, ctl.returncode) == (1, 1)
+    assert "should be set to SAFE_DOWNGRADE or UNSAFE_DOWNGRADE" in tool.stderr
+    assert "allowDowngrade flag is false" in ctl.stderr
+    assert a.read() == Finalized({ELR: 1}, 0)
+
+
+def test_release_version_is_all_or_nothing_in_kafka_features_sh_and_skips_in_featurectl(
+    side: Callable[..., Side],
+) -> None:
+    """``upgrade --release-version 4.0`` sends every feature of that release, metadata.version
+    included, which no gateway lets a client update: the tool fails and nothing is written.
+    featurectl skips what the gateways do not serve (a note on stderr) and sets the rest to
+    the levels the tool's own version-mapping gives."""
+    a, b = side("gw-a"), side("gw-b")
+    tool = a.tool("upgrade", "--release-version", "4.0")
+    assert tool.returncode == 1
+    assert tool.stdout.startswith("Could not upgrade ") and "metadata.version to 25." in tool.stdout
+    assert a.read() == Finalized({}, -1)
+
+    ctl = b.featurectl("upgrade", "--release-version", "4.0")
+    assert ctl.returncode == 0, ctl
+    assert any(line.startswith("note: metadata.version") for line in ctl.stderr.splitlines())
+    mapping = version_mapping(kafka_features(b.bootstrap, "version-mapping", "--release-version",
+                                             "4.0"))  # fmt: skip
+    expected = {f: level for f, level in mapping.items() if level and f != METADATA}
+    assert b.read() == Finalized(expected, 0)
+
+
+def test_a_client_the_gateway_does_not_allow_gets_the_same_refusal(
+    side: Callable[..., Side],
+) -> None:
+    a = side("gw-a", config='[features]\nupdate_allowed_from = ["192.0.2.0/24"]\n')
+    verdict = same_outcome(a, ("upgrade", "--feature", f"{ELR}=1"),
+                           a, ("upgrade", "--feature", f"{ELR}=1"))  # fmt: skip
+    assert verdict.messages == {
+        "UpdateFeatures through kafka-gateway is refused: client address is not in "
+        "features.update_allowed_from; use featurectl"
+    }
+    assert a.read() == Finalized({}, -1)
+
+
+# -- version-mapping and feature-dependencies (no broker involved) ---------------------
+
+
+def version_mapping(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """``name=level`` lines, either tool's (Kafka adds ``(4.0-IV3)`` to metadata.version)."""
+    assert result.returncode == 0, result
+    pairs = (re.sub(r" \(.*\)$", "", line).split("=") for line in result.stdout.splitlines())
+    return {name: int(level) for name, level in pairs}
+
+
+def test_version_mapping_levels_agree_for_every_release_featurectl_knows() -> None:
+    """Kafka prints metadata.version first, with its release name, then the features in
+    its own order; featurectl prints them sorted, without the name: the levels agree."""
+    for release in ("3.3", "3.9", "4.0", "4.1", "4.2", "4.3"):
+        args = ("version-mapping", "--release-version", release)
+        tool = version_mapping(kafka_features("127.0.0.1:9", *args))
+        assert tool == version_mapping(featurectl(*args)), release
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="featurectl/data/kafka_feature_levels.json ends at 4.3; Kafka 4.4 ships "
+    "metadata.version 33 (4.4-IV2) and share.version 2",
+)
+def test_version_mapping_without_a_release_is_the_newest_release() -> None:
+    tool = version_mapping(kafka_features("127.0.0.1:9", "version-mapping"))
+    assert version_mapping(featurectl("version-mapping")) == tool
+
+
+def dependencies(result: subprocess.CompletedProcess[str]) -> dict[str, set[str]]:
+    """feature-dependencies output as {"name=level": {"dep=level", ...}}."""
+    assert result.returncode == 0, result
+    found: dict[str, set[str]] = {}
+    current = ""
+    for line in result.stdout.splitlines():
+        text = re.sub(r" \(\d+\.\d+-IV\d+\)", "", line)
+        if text.startswith("    "):
+            found[current].add(text.strip())
+        else:
+            current = text.split()[0]
+            found[current] = set()
+    return found
+
+
+def test_feature_dependencies_agree() -> None:
+    args = ["feature-dependencies"]
+    for item in (
+        f"{ELR}=1",
+        f"{TV}=2",
+        "group.version=1",
+        "streams.version=1",
+        "metadata.version=25",
+    ):
+        args += ["--feature", item]
+    tool = dependencies(kafka_features("127.0.0.1:9", *args))
+    assert tool == dependencies(featurectl(*args))
+    assert tool[f"{ELR}=1"] == {"metadata.version=23"}
+
+
+@pytest.mark.xfail(strict=True, reason="featurectl feature-dependencies accepts an undefined level")
+def test_feature_dependencies_of_an_undefined_level_is_an_error_in_both() -> None:
+    args = ("feature-dependencies", "--feature", "group.version=7")
+    tool, ctl = kafka_features("127.0.0.1:9", *args), featurectl(*args)
+    assert tool.returncode == 1
+    assert "No feature:group.version with feature level 7" in tool.stderr
+    assert ctl.returncode == 1
