@@ -102,6 +102,7 @@ class SecureKafka:
     addresses: dict[str, str]  # listener name (LISTENERS) -> 127.0.0.1:port
     ca: str  # the CA that signed the broker's certificate (PEM file)
     other_ca: str  # a CA that signed nothing here
+    keystore: str  # the broker's key and chain (PEM), for a gateway's TLS listener too
 
     @property
     def sasl(self) -> str:
@@ -191,7 +192,7 @@ def started_secure_kafka(workdir: Path) -> Iterator[SecureKafka]:
     try:
         create_scram_user(kafka.bootstrap, USER, PASSWORD)
         addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
-        yield SecureKafka(kafka, addresses, ca, other_ca)
+        yield SecureKafka(kafka, addresses, ca, other_ca, keystore)
     finally:
         kafka.stop()
 

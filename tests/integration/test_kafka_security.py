@@ -56,7 +56,12 @@ from tests.integration.test_sasl import (
     raw_token,
     scram_login,
 )
-from tests.integration.test_tls import confluent, connect_errors, produce_and_consume
+from tests.integration.test_tls import (
+    confluent,
+    connect_errors,
+    produce_and_consume,
+    tls_connection,
+)
 
 ILLEGAL_SASL_STATE = 34
 METADATA_ALL = MetadataRequest(
@@ -229,6 +234,39 @@ def test_oauthbearer_unsecured_jwt_raw_rounds_and_librdkafka(
     assert_gateway_clean(gw)  # a \x01 read as a request would be a protocol violation
 
 
+def handshakes_after_login(conn: KafkaConnection) -> list[object]:
+    """Log in (v0 PLAIN), then a second SaslHandshake v0 on the same connection, its
+    PLAIN token if Kafka accepted it, and a Metadata request: what came back (the
+    broker count, not the addresses, which differ through the gateway by design)."""
+    plain_login(conn)
+    code, _ = handshake_v0(conn, "PLAIN")
+    seen: list[object] = [code]
+    if code == 0:
+        seen.append(raw_token(conn, f"\0{USER}\0{PASSWORD}".encode()))
+    return [*seen, len(metadata(conn).brokers)]
+
+
+@pytest.mark.parametrize(
+    ("listener", "expected"),
+    [("SASL_PLAINTEXT", [ILLEGAL_SASL_STATE, 1]), ("REAUTH", [0, b"", 1])],
+)
+def test_handshake_after_login_gets_kafkas_answer_through_the_gateway(
+    secure_kafka, gateway_factory, listener, expected
+):
+    # Kafka takes a new handshake as a KIP-368 re-authentication only where
+    # connections.max.reauth.ms is set -- v0 included, raw tokens and all -- and
+    # elsewhere answers ILLEGAL_SASL_STATE and keeps the connection. Same script, same
+    # answers, straight to Kafka and through the gateway.
+    host, port = parse_host_port(secure_kafka.addresses[listener])
+    with KafkaConnection(host, port, timeout=OP_TIMEOUT_S) as conn:
+        direct = handshakes_after_login(conn)
+    gw = gateway_factory(upstream=secure_kafka.addresses[listener])
+    with connect(gw) as conn:
+        through = handshakes_after_login(conn)
+    assert direct == through == expected
+    assert_gateway_clean(gw)
+
+
 def test_kip368_reauthentication_then_session_expiry(secure_kafka, gateway_factory):
     gw = gateway_factory(upstream=secure_kafka.addresses["REAUTH"])
     with connect(gw) as conn:
@@ -304,18 +342,22 @@ def test_upstream_tls_with_a_wrong_ca_fails_cleanly(secure_kafka, gateway_factor
     assert_gateway_clean(gw)
 
 
-@pytest.mark.parametrize("mechanism", PASSWORD_MECHANISMS)
-def test_sasl_over_upstream_tls(secure_kafka, gateway_factory, unique_topic, mechanism):
-    # The client speaks SASL_PLAINTEXT to the gateway; the gateway adds TLS to Kafka's
-    # SASL_SSL listener: SASL passes through the TLS leg untouched.
-    gw = gateway_factory(
-        "--upstream-tls",
-        "--upstream-tls-ca",
-        secure_kafka.ca,
-        upstream=secure_kafka.addresses["SASL_SSL"],
-    )
-    produce_and_consume(confluent(**sasl_settings(mechanism)), gw, unique_topic)
-    with connect(gw) as conn:
+@pytest.mark.parametrize(
+    ("mechanism", "client_tls"),
+    [("PLAIN", False), ("SCRAM-SHA-512", True)],
+    ids=["SASL_PLAINTEXT-client", "SASL_SSL-client"],
+)
+def test_sasl_over_upstream_tls(secure_kafka, gateway_factory, unique_topic, mechanism, client_tls):
+    # The gateway speaks TLS to Kafka's SASL_SSL listener; SASL passes through that leg
+    # untouched, whether the client speaks plaintext or TLS (SASL_SSL) to the gateway.
+    listener = ("--tls-cert", secure_kafka.keystore) if client_tls else ()
+    upstream_tls = ("--upstream-tls", "--upstream-tls-ca", secure_kafka.ca)
+    gw = gateway_factory(*listener, *upstream_tls, upstream=secure_kafka.addresses["SASL_SSL"])
+    settings = sasl_settings(mechanism)
+    if client_tls:
+        settings |= {"security.protocol": "SASL_SSL", "ssl.ca.location": secure_kafka.ca}
+    produce_and_consume(confluent(**settings), gw, unique_topic)
+    with tls_connection(gw, secure_kafka.ca) if client_tls else connect(gw) as conn:
         scram_login(conn, "SCRAM-SHA-512")  # and raw v0 tokens over TLS
         assert broker_addresses(metadata(conn))[0][1:] == ("127.0.0.1", gw.port)
     assert_gateway_clean(gw)
