@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +40,26 @@ def binary() -> Iterator[Path]:
         yield build().binary
     except GoMissing as missing:
         pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="module")
+def direct_versions(binary: Path, apache_kafka: ApacheKafkaBroker) -> dict[str, Any]:
+    """Kafka's own ApiVersions answer as franz-go reads it (the "versions" event).
+
+    Bootstrap-only, so it works although the broker advertises an unresolvable host.
+    """
+    return GoClient(binary, apache_kafka.bootstrap).run("versions").one("api_versions")
+
+
+def kip848_group_protocol(direct_versions: dict[str, Any]) -> str:
+    """ "consumer" where the broker itself offers KIP-848 groups, else "classic".
+
+    Decided from the broker's answer, not the gateway's: a gateway that hid
+    ConsumerGroupHeartbeat from a broker offering it must fail the tests, not skip them.
+    """
+    low_high = direct_versions["keys"].get("ConsumerGroupHeartbeat", [0, 0])
+    enabled = direct_versions["finalized_features"].get("group.version", 0) >= 1
+    return "consumer" if enabled and low_high[1] >= 1 else "classic"
 
 
 @pytest.fixture
@@ -130,6 +151,7 @@ def test_group_commits_and_resumes(
     gateway: GatewayProcess,
     unique_topic: str,
     protocol: str,
+    direct_versions: dict[str, Any],
 ) -> None:
     """A group member commits what it read; the next member resumes right after it.
 
@@ -138,6 +160,8 @@ def test_group_commits_and_resumes(
     classic without a word when ConsumerGroupHeartbeat v1 is not advertised, so the
     requests on the wire say which protocol really ran.
     """
+    if protocol == "consumer" and kip848_group_protocol(direct_versions) != "consumer":
+        pytest.skip("this broker does not offer KIP-848 consumer groups (group.version)")
     produce(franz, unique_topic)
     group = f"g-{unique_topic}"
     first = franz.run(
@@ -219,12 +243,18 @@ def test_admin(
     assert_negotiated(after, advertised)
 
 
-def test_transactions(franz: GoClient, advertised: dict[str, list[int]], unique_topic: str) -> None:
+def test_transactions(
+    franz: GoClient,
+    advertised: dict[str, list[int]],
+    unique_topic: str,
+    direct_versions: dict[str, Any],
+) -> None:
     """One aborted then one committed transaction; read_committed sees only the second.
 
     Then exactly-once consume-transform-produce (franz-go's GroupTransactSession, in a
-    KIP-848 group) moves the topic's committed records to a second topic, committing
-    the group's offsets inside each transaction (TxnOffsetCommit through the gateway).
+    KIP-848 group where the broker offers them) moves the topic's committed records to a
+    second topic, committing the group's offsets inside each transaction
+    (TxnOffsetCommit through the gateway).
     """
     count = 5
     txn = franz.run(
@@ -252,19 +282,21 @@ def test_transactions(franz: GoClient, advertised: dict[str, list[int]], unique_
     assert sorted(everything.values) == sorted([f"aborted-{i}" for i in range(count)] + expected)
 
     copy, group = f"{unique_topic}-eos", f"eos-{unique_topic}"
+    protocol = kip848_group_protocol(direct_versions)
     eos = franz.run(
         "eos",
         source=unique_topic,
         topic=copy,
         create=PARTITIONS,
         group=group,
-        protocol="consumer",
+        protocol=protocol,
         txn_id=f"eos-{unique_topic}",
         count=count,
         timeout_s=OP_TIMEOUT_S,
     )
     assert all(e["committed"] for e in eos.of("transaction")), eos
-    assert {"ConsumerGroupHeartbeat", "TxnOffsetCommit"} <= set(eos.requests)
+    group_request = "ConsumerGroupHeartbeat" if protocol == "consumer" else "JoinGroup"
+    assert {group_request, "TxnOffsetCommit"} <= set(eos.requests)
     assert_negotiated(eos, advertised)
     moved = franz.run(
         "consume", topic=copy, count=count, isolation="read_committed", timeout_s=OP_TIMEOUT_S
@@ -287,16 +319,9 @@ def test_transactions(franz: GoClient, advertised: dict[str, list[int]], unique_
 
 
 @pytest.fixture
-def both_versions(
-    franz: GoClient, binary: Path, apache_kafka: ApacheKafkaBroker
-) -> tuple[dict, dict]:
-    """ApiVersions as franz-go reads it (kversion), (directly from Kafka, via the gateway).
-
-    Bootstrap-only, so the direct call works although the broker advertises an
-    unresolvable host.
-    """
-    direct = GoClient(binary, apache_kafka.bootstrap).run("versions")
-    return direct.one("api_versions"), franz.run("versions").one("api_versions")
+def both_versions(franz: GoClient, direct_versions: dict[str, Any]) -> tuple[dict, dict]:
+    """ApiVersions as franz-go reads it (kversion): (directly from Kafka, via the gateway)."""
+    return direct_versions, franz.run("versions").one("api_versions")
 
 
 def test_api_versions_never_more_than_the_broker(
@@ -326,18 +351,33 @@ def test_api_versions_never_more_than_the_broker(
         assert broker_low <= low <= high <= broker_high, f"{name}: {[low, high]} vs broker"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway merge: finalized share.version 2 passes through while the "
-    "catalogue caps the supported range at 1 (reported to the lead)",
-)
-def test_finalized_levels_within_supported_ranges(both_versions: tuple[dict, dict]) -> None:
-    """Through the gateway, no finalized level lies above the advertised supported max.
+#: Known gateway difference (reported to the lead, not this slice's to fix): the
+#: catalogue (gateway/data/features.toml) lists share.version level 1 only, so the
+#: gateway advertises share.version supported [0, 1] while passing Kafka 4.4's
+#: finalized level 2 through unchanged.
+KNOWN_FINALIZED_ABOVE_SUPPORTED = {"share.version"}
 
-    Kafka never answers so (a broker cannot run a level it does not support), and the
-    direct answer is checked the same way as the premise.
+
+def finalized_out_of_range(answer: dict[str, Any]) -> dict[str, str]:
+    """Features whose finalized level lies outside the supported range, with both."""
+    problems = {}
+    for name, level in answer["finalized_features"].items():
+        low, high = answer["supported_features"].get(name, [0, 0])
+        if not low <= level <= high:
+            problems[name] = f"finalized {level}, supported {[low, high]}"
+    return problems
+
+
+def test_finalized_levels_within_supported_ranges(both_versions: tuple[dict, dict]) -> None:
+    """No finalized level lies outside the advertised supported range.
+
+    Kafka never answers so (a broker cannot run a level it does not support); the
+    direct answer is checked the same way, as the premise. Through the gateway, the
+    known difference above makes the test xfail while it lasts, and only it.
     """
-    for answer in both_versions:
-        for name, level in answer["finalized_features"].items():
-            low, high = answer["supported_features"].get(name, [0, 0])
-            assert low <= level <= high, f"{name}: finalized {level}, supported {[low, high]}"
+    direct, gateway = both_versions
+    assert finalized_out_of_range(direct) == {}, "premise: Kafka's own answer is consistent"
+    problems = finalized_out_of_range(gateway)
+    assert set(problems) <= KNOWN_FINALIZED_ABOVE_SUPPORTED, problems
+    if problems:
+        pytest.xfail(f"known gateway difference: {problems}")
