@@ -80,8 +80,28 @@ def advertised(franz: GoClient) -> dict[str, list[int]]:
     return franz.run("versions").one("api_versions")["keys"]
 
 
+#: Requests franz-go always sends at min(its newest, the advertised max). Others it pins
+#: lower in some contexts (kgo's pinReq): AddPartitionsToTxn at v3 (v4+ is
+#: inter-broker), EndTxn at v4 without KIP-890 part 2, OffsetFetch/OffsetCommit/
+#: TxnOffsetCommit lower when a topic has no ID, FindCoordinator v3 for single lookups.
+UNPINNED = frozenset(
+    {
+        "Produce",
+        "Fetch",
+        "Metadata",
+        "ListOffsets",
+        "InitProducerID",
+        "JoinGroup",
+        "SyncGroup",
+        "LeaveGroup",
+        "CreateTopics",
+        "DescribeCluster",
+    }
+)
+
+
 def assert_negotiated(run: GoRun, advertised: dict[str, list[int]]) -> None:
-    """Every request ``run`` sent used min(franz-go's newest, gateway's max) of its key.
+    """franz-go sent only advertised keys and versions, the newest where it does not pin.
 
     ApiVersions is the exception by design: franz-go first tries its newest and, on
     UNSUPPORTED_VERSION, retries with the version the answer names; the retry must be
@@ -90,11 +110,14 @@ def assert_negotiated(run: GoRun, advertised: dict[str, list[int]]) -> None:
     client_max = run.one("wire")["client_max"]
     for name, sent in run.requests.items():
         assert name in advertised, f"franz-go sent {name}, which the gateway does not advertise"
-        expected = min(client_max[name], advertised[name][1])
+        low, high = advertised[name]
+        expected = min(client_max[name], high)
         if name == "ApiVersions":
             assert sent[0] == expected, f"ApiVersions retry: sent {sent}, advertised {expected}"
             continue
-        assert sent == [expected], f"{name}: sent {sent}, expected v{expected}\n{run}"
+        assert all(low <= v <= high for v in sent), f"{name}: sent {sent}, advertised {[low, high]}"
+        if name in UNPINNED:
+            assert sent == [expected], f"{name}: sent {sent}, expected v{expected}\n{run}"
 
 
 def produce(franz: GoClient, topic: str, count: int = RECORDS, **flags: object) -> GoRun:
@@ -327,17 +350,19 @@ def both_versions(franz: GoClient, direct_versions: dict[str, Any]) -> tuple[dic
 def test_api_versions_never_more_than_the_broker(
     both_versions: tuple[dict, dict],
     apache_kafka: ApacheKafkaBroker,
-    record_property: pytest.RecordProperty,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The gateway advertises a subset of the broker's keys and ranges, same finalized levels.
 
     Where they differ (the gateway also caps at what its codec knows), franz-go's
     kversion guess of the release differs too; both guesses go into the test report
-    (``record_property``) for the record.
+    (``user_properties``) for the record.
     """
     direct, gateway = both_versions
-    record_property("kversion_guess_direct", direct["guess"])
-    record_property("kversion_guess_gateway", gateway["guess"])
+    request.node.user_properties += [
+        ("kversion_guess_direct", direct["guess"]),
+        ("kversion_guess_gateway", gateway["guess"]),
+    ]
     release = ".".join(apache_kafka.version.split(".")[:2])
     assert direct["guess"] == f"v{release}", "premise: kversion recognises this Kafka"
 
