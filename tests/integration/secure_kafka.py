@@ -106,6 +106,7 @@ class SecureKafka:
 
     @property
     def sasl(self) -> str:
+        """The SASL_PLAINTEXT listener, where most scenarios log in."""
         return self.addresses["SASL_PLAINTEXT"]
 
 
@@ -233,6 +234,7 @@ def python_driver(
 
 
 def sasl_driver(client: str, mechanism: str) -> ClientDriver:
+    """test_clients' driver for ``client``, logging in as USER with ``mechanism``."""
     if client == "confluent":
         return confluent(**sasl_settings(mechanism))
     return python_driver(
@@ -241,6 +243,7 @@ def sasl_driver(client: str, mechanism: str) -> ClientDriver:
 
 
 def broker_addresses(response: MetadataResponse) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of each broker in a Metadata answer, as the client sees it."""
     return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
 
 
