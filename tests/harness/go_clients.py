@@ -144,7 +144,8 @@ class GoClient:
     ) -> GoRun:
         """Run ``gatewayclient <command> -bootstrap ... -<flag> <value>``.
 
-        Flag names are the keyword names with ``_`` as ``-`` (``txn_id`` -> ``-txn-id``).
+        Flag names are the keyword names with ``_`` as ``-`` (``txn_id`` -> ``-txn-id``);
+        a bool becomes ``-name=true``/``-name=false``.
         The program bounds itself by ``-timeout``; the process gets 10 s more. With
         ``check`` (the default) a non-zero exit raises HarnessError with the output.
         """
@@ -157,7 +158,11 @@ class GoClient:
             f"{timeout_s}s",
         ]
         for name, value in flags.items():
-            argv += [f"-{name.replace('_', '-')}", str(value)]
+            flag = f"-{name.replace('_', '-')}"
+            # Go's flag package reads a bool only as -name or -name=false.
+            argv += (
+                [f"{flag}={str(value).lower()}"] if isinstance(value, bool) else [flag, str(value)]
+            )
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 10)
         events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
         result = GoRun(argv, done.returncode, events, done.stderr)

@@ -29,6 +29,9 @@ from tests.harness.go_clients import GoClient, GoMissing, GoRun, build
 #: Records per scenario: enough to land on every partition, few enough to stay fast.
 RECORDS = 20
 PARTITIONS = 3
+#: Records above the gateway's 64 KiB streaming threshold, a few per Fetch response.
+LARGE_RECORDS = 24
+LARGE_RECORD_BYTES = 100 * 1024
 #: A client bounded by this fails a broken gateway in seconds, not minutes.
 OP_TIMEOUT_S = 20.0
 
@@ -148,23 +151,38 @@ def test_premise_direct_produce_fails(
 # --------------------------------------------------------------------------------------
 
 
+def assert_read_back(produced: GoRun, consumed: GoRun) -> None:
+    """``consumed`` holds exactly the records ``produced`` wrote, at the same offsets."""
+    fields = ("partition", "offset", "key", "value", "bytes")
+    sent = sorted(tuple(e[f] for f in fields) for e in produced.of("produced"))
+    got = sorted(tuple(e[f] for f in fields) for e in consumed.of("consumed"))
+    assert got == sent
+    for partition in {p for p, *_ in got}:
+        offsets = [o for p, o, *_ in got if p == partition]
+        assert offsets == list(range(len(offsets))), f"partition {partition}: {offsets}"
+
+
 def test_produce_then_consume(
     franz: GoClient, advertised: dict[str, list[int]], unique_topic: str
 ) -> None:
-    """acks=all idempotent produce, then a group-less consume of every partition."""
+    """acks=all idempotent produce, then a group-less consume of every partition.
+
+    Then the same with records of 100 KiB: their Fetch responses are far above the
+    64 KiB from which the gateway streams a response instead of holding it.
+    """
     produced = produce(franz, unique_topic)
     consumed = franz.run("consume", topic=unique_topic, count=RECORDS, timeout_s=OP_TIMEOUT_S)
-
-    sent = {(e["partition"], e["offset"]): e["value"] for e in produced.of("produced")}
-    got = {(e["partition"], e["offset"]): e["value"] for e in consumed.of("consumed")}
-    assert got == sent
-    assert len(set(got.values())) == RECORDS
-    for partition in {p for p, _ in got}:
-        offsets = sorted(o for p, o in got if p == partition)
-        assert offsets == list(range(len(offsets))), f"partition {partition}: {offsets}"
+    assert_read_back(produced, consumed)
+    assert len(set(consumed.values)) == RECORDS
     assert "InitProducerID" in produced.requests, "franz-go's idempotent producer is the default"
     assert_negotiated(produced, advertised)
     assert_negotiated(consumed, advertised)
+
+    large = f"{unique_topic}-large"
+    produced = produce(franz, large, count=LARGE_RECORDS, pad=LARGE_RECORD_BYTES)
+    consumed = franz.run("consume", topic=large, count=LARGE_RECORDS, timeout_s=OP_TIMEOUT_S)
+    assert_read_back(produced, consumed)
+    assert min(e["bytes"] for e in consumed.of("consumed")) > LARGE_RECORD_BYTES
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -212,10 +230,13 @@ def test_group_commits_and_resumes(
             assert {"JoinGroup", "SyncGroup"} <= set(run.requests)
             assert "ConsumerGroupHeartbeat" not in run.requests
 
-    admin = franz.run("admin", group=group, topic=unique_topic)
+    admin = franz.run("admin", group=group, topic=unique_topic, delete_group=True)
     committed = admin.one("group_offsets")
     assert committed["error"] == ""
     assert committed["offsets"][unique_topic] == admin.one("offsets")["end"]
+    listed = admin.one("list_groups")
+    assert (listed["error"], listed["listed"], listed["state"]) == ("", True, "Empty")
+    assert listed["type"] == protocol  # ListGroups v5 (KIP-848) names the group type
     if protocol == "consumer":
         described = admin.one("describe_consumer_groups")
         assert (described["error"], described["state"]) == ("", "Empty")
@@ -224,6 +245,14 @@ def test_group_commits_and_resumes(
         assert (described["error"], described["state"]) == ("", "Empty")
         assert described["protocol_type"] == "consumer"
         assert described["coordinator"][0]["port"] == gateway.port
+    assert admin.one("delete_group") == {
+        "event": "delete_group",
+        "group": group,
+        "error": "",
+        "message": "",
+    }
+    assert_negotiated(admin, advertised)
+    assert franz.run("admin", group=group).one("list_groups")["listed"] is False
 
 
 def test_admin(
@@ -303,6 +332,18 @@ def test_transactions(
     assert sorted(committed.values) == expected
     everything = franz.run("consume", topic=unique_topic, count=2 * count, timeout_s=OP_TIMEOUT_S)
     assert sorted(everything.values) == sorted([f"aborted-{i}" for i in range(count)] + expected)
+
+    # The transaction coordinator and the partition leaders, as kadm finds them.
+    admin = franz.run("admin", topic=unique_topic, txn_id=f"txn-{unique_topic}")
+    described = admin.one("describe_transactions")
+    assert (described["error"], described["state"]) == ("", "CompleteCommit")
+    listed = admin.one("list_transactions")
+    assert (listed["error"], listed["listed"]) == ("", True)
+    assert listed["producer_id"] == described["producer_id"]
+    written = {str(e["partition"]) for e in txn.of("produced")}
+    producers = admin.one("describe_producers")["producers"]
+    assert {p for p, ids in producers.items() if described["producer_id"] in ids} == written
+    assert_negotiated(admin, advertised)
 
     copy, group = f"{unique_topic}-eos", f"eos-{unique_topic}"
     protocol = kip848_group_protocol(direct_versions)

@@ -22,7 +22,9 @@ func errText(err error) string {
 
 // runAdmin runs kadm's calls one after the other, one output line each: CreateTopics
 // (with -create; the topic must be new), ListTopics, Metadata, DescribeCluster,
-// ApiVersions of every broker, the groups of -group and the offsets of -topic. Calls whose
+// ApiVersions of every broker; with -group: DescribeGroups, ConsumerGroupDescribe,
+// ListGroups, OffsetFetch (and DeleteGroups last, with -delete-group); with -txn-id:
+// DescribeTransactions, ListTransactions; with -topic: DescribeProducers, ListOffsets. Calls whose
 // result is per item (a group, a broker) report the item's error in the line instead
 // of failing the command, so one run shows everything the gateway answered.
 func runAdmin(ctx context.Context, o *options) error {
@@ -82,8 +84,25 @@ func runAdmin(ctx context.Context, o *options) error {
 	if o.group != "" {
 		describeGroups(ctx, o, adm)
 	}
+	if o.txnID != "" {
+		describeTransactions(ctx, o, adm)
+	}
 	if o.topic != "" {
-		return listOffsets(ctx, o, adm)
+		if err := describeProducers(ctx, o, adm); err != nil {
+			return err
+		}
+		if err := listOffsets(ctx, o, adm); err != nil {
+			return err
+		}
+	}
+	if o.group != "" && o.deleteGroup {
+		deleted, err := adm.DeleteGroup(ctx, o.group)
+		if err == nil {
+			err = deleted.Err
+		}
+		o.emit("delete_group", map[string]any{
+			"group": o.group, "error": errText(err), "message": deleted.ErrMessage,
+		})
 	}
 	return nil
 }
@@ -144,6 +163,17 @@ func describeGroups(ctx context.Context, o *options, adm *kadm.Client) {
 	}
 	o.emit("describe_consumer_groups", fields)
 
+	listed, err := adm.ListGroups(ctx)
+	fields = map[string]any{"group": o.group, "error": errText(err), "listed": false}
+	if g, ok := listed[o.group]; ok {
+		fields["listed"] = true
+		fields["type"] = g.GroupType
+		fields["protocol_type"] = g.ProtocolType
+		fields["state"] = g.State
+		fields["coordinator"] = g.Coordinator
+	}
+	o.emit("list_groups", fields)
+
 	offsets, err := adm.FetchOffsets(ctx, o.group)
 	committed := map[string]map[string]int64{}
 	offsets.Each(func(r kadm.OffsetResponse) {
@@ -153,6 +183,56 @@ func describeGroups(ctx context.Context, o *options, adm *kadm.Client) {
 		committed[r.Topic][fmt.Sprint(r.Partition)] = r.At
 	})
 	o.emit("group_offsets", map[string]any{"group": o.group, "error": errText(err), "offsets": committed})
+}
+
+// describeTransactions reports -txn-id through DescribeTransactions and
+// ListTransactions, both of which go to the transaction coordinator the gateway named.
+func describeTransactions(ctx context.Context, o *options, adm *kadm.Client) {
+	described, err := adm.DescribeTransactions(ctx, o.txnID)
+	fields := map[string]any{"txn_id": o.txnID, "error": errText(err)}
+	if t, ok := described[o.txnID]; ok {
+		fields["error"] = errText(t.Err)
+		fields["state"] = t.State
+		fields["producer_id"] = t.ProducerID
+		fields["coordinator"] = t.Coordinator
+	}
+	o.emit("describe_transactions", fields)
+
+	listed, err := adm.ListTransactions(ctx, nil, nil)
+	fields = map[string]any{"txn_id": o.txnID, "error": errText(err), "listed": false}
+	if t, ok := listed[o.txnID]; ok {
+		fields["listed"] = true
+		fields["state"] = t.State
+		fields["producer_id"] = t.ProducerID
+	}
+	o.emit("list_transactions", fields)
+}
+
+// describeProducers reports the producer IDs each partition leader of -topic knows
+// (DescribeProducers goes to the leaders, at the addresses the gateway gave).
+func describeProducers(ctx context.Context, o *options, adm *kadm.Client) error {
+	meta, err := adm.Metadata(ctx, o.topic)
+	if err != nil {
+		return fmt.Errorf("metadata of %s: %w", o.topic, err)
+	}
+	set := kadm.TopicsSet{}
+	for p := range meta.Topics[o.topic].Partitions {
+		set.Add(o.topic, p)
+	}
+	described, err := adm.DescribeProducers(ctx, set)
+	if err != nil {
+		return fmt.Errorf("describe producers: %w", err)
+	}
+	producers := map[string][]int64{}
+	described.EachPartition(func(p kadm.DescribedProducersPartition) {
+		ids := []int64{}
+		for _, b := range p.ActiveProducers.Sorted() {
+			ids = append(ids, b.ProducerID)
+		}
+		producers[fmt.Sprint(p.Partition)] = ids
+	})
+	o.emit("describe_producers", map[string]any{"topic": o.topic, "producers": producers})
+	return nil
 }
 
 // listOffsets reports the start and end offsets (ListOffsets) of o.topic's partitions.

@@ -39,17 +39,19 @@ var commands = map[string]command{
 
 // options are the flags shared by all subcommands (each uses the ones it needs).
 type options struct {
-	bootstrap string
-	topic     string
-	source    string
-	group     string
-	protocol  string
-	isolation string
-	prefix    string
-	txnID     string
-	count     int
-	create    int
-	timeout   time.Duration
+	bootstrap   string
+	topic       string
+	source      string
+	group       string
+	protocol    string
+	isolation   string
+	prefix      string
+	txnID       string
+	count       int
+	pad         int
+	deleteGroup bool
+	create      int
+	timeout     time.Duration
 
 	out  *json.Encoder
 	wire *wireLog
@@ -114,7 +116,9 @@ func main() {
 	fs.StringVar(&o.isolation, "isolation", "read_uncommitted", "read_committed or read_uncommitted")
 	fs.StringVar(&o.prefix, "prefix", "v", "record value prefix (values are <prefix>-<i>)")
 	fs.StringVar(&o.txnID, "txn-id", "", "transactional id")
+	fs.BoolVar(&o.deleteGroup, "delete-group", false, "admin: delete -group at the end")
 	fs.IntVar(&o.count, "count", 10, "number of records")
+	fs.IntVar(&o.pad, "pad", 0, "produce: add a header of this many bytes to each record")
 	fs.IntVar(&o.create, "create", 0, "create -topic with this many partitions first (0: do not)")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Second, "upper bound for the whole command")
 	if err := fs.Parse(os.Args[2:]); err != nil {

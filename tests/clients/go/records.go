@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,14 +13,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// recordFields is how a record appears in the output.
+// recordFields is how a record appears in the output: "bytes" counts key, value and
+// headers, so a -pad header shows up there without being printed.
 func recordFields(r *kgo.Record) map[string]any {
+	size := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
 	return map[string]any{
 		"topic":     r.Topic,
 		"partition": r.Partition,
 		"offset":    r.Offset,
 		"key":       string(r.Key),
 		"value":     string(r.Value),
+		"bytes":     size,
 	}
 }
 
@@ -40,12 +47,16 @@ func createTopic(ctx context.Context, o *options, cl *kgo.Client) error {
 	return nil
 }
 
-// produceValues produces one record per value (key "key-<i>") and waits for all
-// acknowledgements, printing each record where it landed.
+// produceValues produces one record per value (key "key-<i>", and a header "pad" of
+// -pad bytes when set) and waits for all acknowledgements, printing each record where
+// it landed.
 func produceValues(ctx context.Context, o *options, cl *kgo.Client, values []string) error {
 	records := make([]*kgo.Record, len(values))
 	for i, v := range values {
 		records[i] = &kgo.Record{Topic: o.topic, Key: []byte("key-" + strconv.Itoa(i)), Value: []byte(v)}
+		if o.pad > 0 {
+			records[i].Headers = []kgo.RecordHeader{{Key: "pad", Value: bytes.Repeat([]byte{'x'}, o.pad)}}
+		}
 	}
 	if err := cl.ProduceSync(ctx, records...).FirstErr(); err != nil {
 		return fmt.Errorf("produce: %w", err)
