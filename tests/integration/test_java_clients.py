@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.features.store import FeatureStore
@@ -81,17 +81,10 @@ def start_gated(
 ) -> GatewayProcess:
     """A gateway gating features with the built-in catalogue, its levels in ``zookeeper``."""
     return factory(
-        "--zookeeper",
-        zookeeper.connect_string,
-        "--zookeeper-chroot",
-        CHROOT,
-        "--gateway-id",
-        name,
-        *extra,
-        upstream=kafka.bootstrap,
-        metrics=True,
-        name=name,
-    )
+        "--zookeeper", zookeeper.connect_string, "--zookeeper-chroot", CHROOT,
+        "--gateway-id", name, *extra,
+        upstream=kafka.bootstrap, metrics=True, name=name,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -199,29 +192,6 @@ def test_admin_client_sees_the_gateway_as_the_cluster(
     features = run.one("features")
     assert {k: tuple(v) for k, v in features["finalized"].items()} == broker.finalized
     assert tuple(features["supported"]["metadata.version"]) == broker.supported["metadata.version"]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 30: the sidecar clips SupportedFeatures to its catalogue (share.version max 1) "
-        "but passes Kafka 4.4's finalized share.version=2 through, so a client is shown a "
-        "finalized level above the supported range"
-    ),
-)
-def test_every_finalized_level_lies_within_the_supported_range(
-    sidecar: GatewayProcess, apache_kafka: ApacheKafkaBroker
-) -> None:
-    features, _ = api_versions(sidecar.host, sidecar.port)
-    broker, _ = api_versions(apache_kafka.host, apache_kafka.port)
-    assert features.finalized == broker.finalized
-    outside = {
-        name: (level, features.supported.get(name))
-        for name, (_, level) in features.finalized.items()
-        if name not in features.supported
-        or not (features.supported[name][0] <= level <= features.supported[name][1])
-    }
-    assert not outside, f"finalized level vs supported range: {outside}"
 
 
 @pytest.mark.xfail(
@@ -422,15 +392,16 @@ class _Lines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
 
-    def refused(self) -> bool:
-        return any(LIBRDKAFKA_REFUSAL in line for line in self.lines)
 
-
-def librdkafka_group_values(
-    gw: GatewayProcess, topic: str, lines: _Lines, timeout: float
-) -> list[str]:
-    """Values a new KIP-848 librdkafka consumer polls until RECORDS arrived, ``timeout``
-    passed or it logged that the broker refused its protocol."""
+def librdkafka_group(
+    gw: GatewayProcess, topic: str, timeout: float
+) -> tuple[list[str], list[str], list[str]]:
+    """What a new KIP-848 librdkafka consumer gets: its values, errors (poll's and
+    error_cb's) and debug log, once RECORDS arrived, an error came, it logged that the
+    broker lacks the protocol, or ``timeout`` passed."""
+    lines = _Lines()
+    errors: list[str] = []
+    values: list[str] = []
     consumer = Consumer(
         {
             "bootstrap.servers": gw.bootstrap,
@@ -438,23 +409,24 @@ def librdkafka_group_values(
             "group.protocol": "consumer",
             "auto.offset.reset": "earliest",
             "debug": "cgrp",
-            "error_cb": lambda err: lines.lines.append(f"error_cb: {err}"),
+            "error_cb": lambda err: errors.append(str(err)),
         },
         logger=lines.logger,
     )
-    values: list[str] = []
+    deadline = time.monotonic() + timeout
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout
-        while len(values) < RECORDS and time.monotonic() < deadline and not lines.refused():
+        while len(values) < RECORDS and not errors and time.monotonic() < deadline:
+            if any(LIBRDKAFKA_REFUSAL in line for line in lines.lines):
+                break
             msg = consumer.poll(0.2)
-            if msg is not None:
-                error: KafkaError | None = msg.error()
-                assert error is None, f"consume error: {error}"
+            if msg is not None and msg.error():
+                errors.append(str(msg.error()))
+            elif msg is not None:
                 values.append(msg.value().decode())
     finally:
         consumer.close()
-    return values
+    return values, errors, lines.lines
 
 
 def test_kip848_librdkafka_consumer_is_refused_until_group_version_is_finalized(
@@ -465,18 +437,36 @@ def test_kip848_librdkafka_consumer_is_refused_until_group_version_is_finalized(
     values = [f"rk-{i}" for i in range(RECORDS)]
     driver.produce(gated.bootstrap, unique_topic, [v.encode() for v in values], acks="all")
 
-    lines = _Lines()
-    got = librdkafka_group_values(gated, unique_topic, lines, REFUSAL_TIMEOUT_MS / 1000)
-    assert lines.refused(), lines.lines[-20:]
+    got, errors, log = librdkafka_group(gated, unique_topic, REFUSAL_TIMEOUT_MS / 1000)
     assert got == []
+    # Told (a fatal error, as Kafka gives) or, as through the gateway today, only logged.
+    told = any("ConsumerGroupHeartbeat" in error for error in errors)
+    assert told or any(LIBRDKAFKA_REFUSAL in line for line in log), (errors, log[-20:])
     assert_healthy(gated)
 
     finalize(zookeeper, "group.version=1")
     wait_advertised(gated, CONSUMER_GROUP_HEARTBEAT)
-    got = librdkafka_group_values(gated, unique_topic, _Lines(), 20.0)
-    assert sorted(got) == sorted(values)
+    got, errors, _ = librdkafka_group(gated, unique_topic, 20.0)
+    assert not errors and sorted(got) == sorted(values), errors
     assert "ConsumerGroupHeartbeat" in gateway_requests(gated)
     assert_healthy(gated)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 30: Kafka 4.4 with group.version disabled still advertises "
+        "ConsumerGroupHeartbeat and answers it UNSUPPORTED_VERSION, which librdkafka 2.16 "
+        "reports at once as a fatal error; the gated gateway withholds the API, so "
+        "librdkafka only logs (debug) and waits, and the application is never told"
+    ),
+)
+def test_kip848_librdkafka_consumer_is_told_it_is_refused(
+    gated: GatewayProcess, unique_topic: str
+) -> None:
+    ConfluentDriver().create_topic(gated.bootstrap, unique_topic)
+    _, errors, log = librdkafka_group(gated, unique_topic, REFUSAL_TIMEOUT_MS / 1000)
+    assert any("ConsumerGroupHeartbeat" in error for error in errors), log[-5:]
 
 
 def test_transaction_version_2_is_used_once_finalized(
