@@ -40,7 +40,7 @@ OP_TIMEOUT_S = 20.0
 def binary() -> Iterator[Path]:
     """The built ``gatewayclient`` (skips without ``go``)."""
     try:
-        yield build().binary
+        yield build()
     except GoMissing as missing:
         pytest.skip(str(missing))
 
