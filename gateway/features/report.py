@@ -11,8 +11,12 @@ gates. A client talks to one endpoint, so it gets one answer, merged by these ru
   intersection of the two ranges); finalized at the *lower* of the two levels, since a
   client can only use what both the gateway lets through and the broker serves. With
   gating off the gateway enforces nothing, so the broker's level is reported.
-* **A catalogue feature the broker does not know** (Tansu, Kafka before 3.x's features, a
-  feature newer than the broker): the gateway's own range and level, as before.
+* **One of Kafka's features the broker does not list** although it reports features
+  (an epoch): the broker supports level 0 only, so the gateways' level is lowered to 0
+  and the feature is left out of supported (Kafka 3.9 in ZooKeeper mode lists none).
+* **A feature of the gateways' own** (a catalogue name Kafka does not define), or any
+  feature behind a broker that reports none at all (Tansu, an answer below v3): the
+  gateways' own range and level.
 * **The epoch** grows whenever either source's epoch grows, and never goes back for a
   client: ``gateway_epoch + upstream_epoch + 1`` when both sources have one, else the one
   that has (-1 when neither). Both are monotonic (the feature znode's data version, the
@@ -32,6 +36,21 @@ from .znode import NO_EPOCH
 
 VersionRange = tuple[int, int]
 
+#: Apache Kafka's own features (server-common's ``Feature`` enum, 4.4). A broker that
+#: reports features but leaves one of these out supports only its level 0; a catalogue
+#: feature outside this set is the gateways' own, which no broker speaks for.
+APACHE_KAFKA_FEATURES = frozenset(
+    {
+        "metadata.version",
+        "kraft.version",
+        "group.version",
+        "transaction.version",
+        "eligible.leader.replicas.version",
+        "share.version",
+        "streams.version",
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class FeatureReport:
@@ -40,6 +59,13 @@ class FeatureReport:
     supported: Mapping[str, VersionRange] = field(default_factory=dict)
     finalized: Mapping[str, int] = field(default_factory=dict)
     epoch: int = NO_EPOCH
+
+    def knows(self, name: str) -> bool:
+        """Whether this answer speaks for ``name``: it lists it, or it is one of Kafka's
+        features and the answer carries features at all (an epoch), so leaving it out
+        means level 0 only (a ZooKeeper-mode Kafka 3.9 lists none, and answers the KIP-848
+        heartbeat it advertises with UNSUPPORTED_VERSION)."""
+        return name in self.supported or (self.epoch != NO_EPOCH and name in APACHE_KAFKA_FEATURES)
 
     def key(self) -> tuple[object, ...]:
         """A hashable form, for caches keyed by what an upstream reported."""
@@ -62,6 +88,19 @@ def merged_epoch(gateway_epoch: int, upstream_epoch: int) -> int:
     return gateway_epoch + upstream_epoch + 1
 
 
+def supported_through(
+    support: Mapping[str, VersionRange], upstream: FeatureReport
+) -> dict[str, VersionRange]:
+    """The gateway's support of each catalogue feature, capped by its broker's where the
+    broker speaks for the feature (what the gateway registers and vouches for)."""
+    out = {}
+    for name, (low, high) in support.items():
+        if upstream.knows(name):
+            high = min(high, upstream.supported.get(name, (0, 0))[1])
+        out[name] = (low, max(low, high))
+    return out
+
+
 def enforced_levels(
     gateway_levels: Mapping[str, int], upstream: FeatureReport, catalogue: Collection[str]
 ) -> dict[str, int]:
@@ -70,7 +109,7 @@ def enforced_levels(
     out = {}
     for name in catalogue:
         level = gateway_levels.get(name, 0)
-        if name in upstream.supported:
+        if upstream.knows(name):
             level = min(level, upstream.finalized.get(name, 0))
         out[name] = level
     return out
@@ -88,7 +127,8 @@ def merge_reports(
     for name, (low, high) in gateway.supported.items():
         theirs = upstream.supported.get(name)
         if theirs is None:
-            supported[name] = (low, high)
+            if not upstream.knows(name):
+                supported[name] = (low, high)
         elif max(low, theirs[0]) <= min(high, theirs[1]):
             supported[name] = (max(low, theirs[0]), min(high, theirs[1]))
         else:
@@ -103,9 +143,11 @@ def merge_reports(
 
 
 __all__ = [
+    "APACHE_KAFKA_FEATURES",
     "NO_FEATURES",
     "FeatureReport",
     "enforced_levels",
     "merge_reports",
     "merged_epoch",
+    "supported_through",
 ]

@@ -82,8 +82,9 @@ class Exchange(Protocol):
     # Negotiated ranges (None until the upstream answered ApiVersions) and the upstream's.
     ranges: dict[int, VersionRange] | None
     upstream_ranges: dict[int, VersionRange]
-    # The features clients of this connection are told: the gateway's merged with the
-    # upstream's (gateway.features.report).
+    # The features the upstream reported, and what clients of this connection are told:
+    # the gateway's merged with the upstream's (gateway.features.report).
+    upstream_features: FeatureReport
     feature_report: FeatureReport
 
     @property

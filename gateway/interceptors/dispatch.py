@@ -24,6 +24,7 @@ version in ``addresses.REWRITTEN_RESPONSES`` and, for more than addresses, an en
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -184,18 +185,18 @@ def forwards_unknown(ctx: Exchange, api_key: int, api_version: int) -> bool:
 def ask_upstream_versions(
     ctx: Exchange,
     negotiated: Callable[[dict[int, VersionRange], FeatureReport], None],
-    build: Callable[[int], tuple[int, bytes]] = internal.api_versions_request,
+    versions: tuple[int, ...] = internal.UPSTREAM_API_VERSIONS,
 ) -> None:
-    """Learn the upstream's ranges and features on the connection's own behalf (the
-    latest version, then v0 if the broker refuses it) and hand them to ``negotiated``;
-    close if the broker answers neither."""
+    """Learn the upstream's ranges and features on the connection's own behalf (each of
+    ``versions`` in turn while the broker refuses them) and hand them to ``negotiated``;
+    close if the broker answers none."""
 
     def on_versions(payload: memoryview) -> None:
         try:
             ranges, features = parse_upstream_api_versions(payload[4:], version)
         except ApiVersionsError as exc:
-            if version > 0:
-                ask_upstream_versions(ctx, negotiated, internal.api_versions_v0_request)
+            if len(versions) > 1:
+                ask_upstream_versions(ctx, negotiated, versions[1:])
                 return
             log.error(
                 "upstream.api_versions_failed",
@@ -215,6 +216,7 @@ def ask_upstream_versions(
         negotiated(ranges, features)
 
     # The answer cannot come before this returns: on_versions reads ``version`` then.
+    build = functools.partial(internal.api_versions_request, version=versions[0])
     version = ctx.ask_upstream(API_VERSIONS, build, on_versions)
 
 

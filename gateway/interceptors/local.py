@@ -9,6 +9,8 @@ feature gate; the bytes are built by the sans-I/O module of its API.
   learns the client's software (KIP-511).
 * UpdateFeatures: with feature gating on, finalized levels live in the gateways'
   ZooKeeper, so the gateway authorizes the change and writes it there.
+  A feature the upstream broker finalizes itself (metadata.version) is refused with
+  a message that names where to change it: the gateways hold no level of it.
 * DescribeCluster (KIP-700 for any backend): built from a Metadata request sent
   upstream on the gateway's own behalf, with KIP-885 software tags per broker.
 * Anything else held back: UNSUPPORTED_VERSION in the request's own schema, or a close
@@ -125,6 +127,20 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         )
         ctx.answer(entry, payload)
         return
+    owned = broker_owned(ctx, [u.feature for u in parsed.updates])
+    if owned:
+        message = (
+            f"{', '.join(owned)} {'is' if len(owned) == 1 else 'are'} finalized by the Kafka "
+            "cluster behind kafka-gateway, not by the gateways: change it on the brokers "
+            "(kafka-features.sh --bootstrap-server BROKER); nothing was changed"
+        )
+        limited.info("request.update_features_broker_owned", features=owned, **ctx.who())
+        results = [UpdateResult(u.feature, INVALID_REQUEST, message) for u in parsed.updates]
+        payload = update_features_response(
+            header, results, error_code=INVALID_REQUEST, error_message=message
+        )
+        ctx.answer(entry, payload)
+        return
 
     async def run() -> None:
         results, error_code, message = await gw.features.apply_updates(
@@ -145,6 +161,17 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
             ctx.answer(entry, payload)
 
     ctx.spawn(run())
+
+
+def broker_owned(ctx: Exchange, features: list[str]) -> list[str]:
+    """The features the upstream broker finalizes itself and the catalogue does not gate
+    (metadata.version, kraft.version ...): the gateways have no level of theirs to change.
+
+    A request naming one is refused whole rather than split: a tool that asked for two
+    changes at once would otherwise see one of them done behind its refusal."""
+    catalogue = ctx.gateway.features.catalogue
+    upstream = ctx.upstream_features.supported
+    return sorted({f for f in features if f not in catalogue and f in upstream})
 
 
 def update_features_refusal(ctx: Exchange) -> str | None:

@@ -14,7 +14,6 @@ import importlib
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
@@ -51,19 +50,22 @@ def _request_frame(api_key: int, version: int, correlation_id: int, body: bytes)
     return frame(header + body)
 
 
-def api_versions_request(correlation_id: int) -> tuple[int, bytes]:
-    """(version, frame) of the ApiVersions request sent on every new upstream connection."""
-    body = encode_request(
-        ApiVersionsRequest(
-            client_software_name=GATEWAY_SOFTWARE_NAME, client_software_version=__version__
+#: The versions of ApiVersions the gateway asks an upstream, newest first, each tried when
+#: the broker refused the one before: v4 brings every supported feature (a v3 answer
+#: leaves out those whose min level is 0, KIP-1022), v3 is what brokers before 3.9 know,
+#: v0 what every broker answers.
+UPSTREAM_API_VERSIONS = (4, 3, 0)
+
+
+def api_versions_request(correlation_id: int, version: int = 4) -> tuple[int, bytes]:
+    """(version, frame) of the ApiVersions request the gateway sends for itself."""
+    body = b""
+    if version >= 3:
+        schema: Any = load_request_schema(API_VERSIONS, version)
+        body = encode_request(
+            schema(client_software_name=GATEWAY_SOFTWARE_NAME, client_software_version=__version__)
         )
-    )
-    return 3, _request_frame(API_VERSIONS, 3, correlation_id, body)
-
-
-def api_versions_v0_request(correlation_id: int) -> tuple[int, bytes]:
-    """The fallback for brokers that refuse v3 (an empty v0 body)."""
-    return 0, _request_frame(API_VERSIONS, 0, correlation_id, b"")
+    return version, _request_frame(API_VERSIONS, version, correlation_id, body)
 
 
 def metadata_request(correlation_id: int, version: int) -> bytes:

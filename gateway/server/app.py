@@ -39,7 +39,7 @@ from ..versions import (
     fingerprint,
     gateway_supported,
     negotiate,
-    parse_api_versions_response,
+    parse_upstream_api_versions,
 )
 from .features import FeatureGate
 from .http import check_route, json_route, metrics_route, serve_http
@@ -231,7 +231,7 @@ class Gateway:
         startup check, the registration). A broker that is down now is not fatal: the
         first client connection will learn the same."""
         try:
-            ranges = await asyncio.wait_for(
+            ranges, features = await asyncio.wait_for(
                 probe_api_versions(
                     upstream, self.upstream_tls, self.upstream_server_hostname(upstream)
                 ),
@@ -246,7 +246,7 @@ class Gateway:
                 consequence="feature support is learned from the first client connection",
             )
             return
-        self.advertised_ranges(upstream, ranges)
+        self.advertised_ranges(upstream, ranges, upstream_features=features)
 
     async def _listen(self, name: str, address: HostPort, upstream: HostPort) -> None:
         self._listen_specs[name] = (address, upstream)
@@ -337,7 +337,7 @@ class Gateway:
         if found is not None:
             # The feature gate follows the latest answer of each upstream, as when every
             # connection negotiated for itself (a broker rolled back answers as before).
-            self.features.set_available(str(address), found.available)
+            self.features.set_available(str(address), found.available, upstream_features)
             return found
         available = negotiate(self._own_ranges, upstream)
         ranges = self.advertised_ranges(address, upstream, available, upstream_features)
@@ -390,7 +390,7 @@ class Gateway:
             self._set_info(address)
         if available is None:
             available = negotiate(self._own_ranges, upstream)
-        self.features.set_available(str(address), available)
+        self.features.set_available(str(address), available, upstream_features)
         caps = self.features.caps_for(upstream_features)
         ranges = negotiate(self._own_ranges, upstream, caps)
         for key in dispatch.served_for_upstream(self, upstream):
@@ -603,19 +603,20 @@ async def probe_api_versions(
     address: HostPort,
     tls: ssl.SSLContext | None = None,
     server_hostname: str | None = None,
-) -> dict[int, VersionRange]:
-    """Ask a broker ApiVersions on a connection of its own (latest version, then v0)."""
+) -> tuple[dict[int, VersionRange], FeatureReport]:
+    """Ask a broker ApiVersions on a connection of its own (``UPSTREAM_API_VERSIONS`` in
+    turn): its ranges and the features it reports."""
     reader, writer = await asyncio.open_connection(
         address.host, address.port, ssl=tls, server_hostname=server_hostname
     )
     try:
-        for build in (internal.api_versions_request, internal.api_versions_v0_request):
-            version, request = build(-1)
+        for wanted in internal.UPSTREAM_API_VERSIONS:
+            version, request = internal.api_versions_request(-1, wanted)
             writer.write(request)
             size = struct.unpack(">i", await reader.readexactly(4))[0]
             payload = await reader.readexactly(size)
             try:
-                return parse_api_versions_response(payload[4:], version)
+                return parse_upstream_api_versions(payload[4:], version)
             except ApiVersionsError:
                 continue
         raise ValueError("the upstream refused ApiVersions v0")

@@ -31,7 +31,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ..features.catalogue import Catalogue, load_catalogue, missing_for, supported, version_caps
-from ..features.report import FeatureReport, enforced_levels
+from ..features.report import NO_FEATURES, FeatureReport, enforced_levels, supported_through
 from ..features.store import (
     EpochConflict,
     FeatureStore,
@@ -92,7 +92,8 @@ class FeatureGate:
         # A registration failed on a dropped connection: try again on the next CONNECTED,
         # which may resume the same session (nothing else would trigger it).
         self._register_on_reconnect = False
-        self._available: dict[str, dict[int, VersionRange]] = {}
+        # Per upstream: own ∩ its ranges, and the features it reported.
+        self._available: dict[str, tuple[dict[int, VersionRange], FeatureReport]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # A worker of a supervised gateway neither registers (the supervisor holds the one
         # registration) nor refuses to start (the supervisor checked once; a restarted
@@ -156,15 +157,24 @@ class FeatureGate:
             log.warning("features.zookeeper_close_timed_out", timeout_s=timeout_s)
 
     # -- what the gateway supports -------------------------------------------------------
-    def set_available(self, upstream: str, available: dict[int, VersionRange]) -> None:
-        """Recompute support after learning an upstream's API ranges (own ∩ upstream).
+    def set_available(
+        self,
+        upstream: str,
+        available: dict[int, VersionRange],
+        features: FeatureReport = NO_FEATURES,
+    ) -> None:
+        """Recompute support after learning an upstream's API ranges (own ∩ upstream) and
+        the features it reports: a level needs the versions it gates and, where the
+        broker speaks for the feature, the broker's support of that level.
 
         With several upstreams (cluster mode) the gateway supports what every one allows.
         """
-        if self._available.get(upstream) == available:
+        if self._available.get(upstream) == (available, features):
             return
-        self._available[upstream] = available
-        per_upstream = [supported(self.catalogue, a) for a in self._available.values()]
+        self._available[upstream] = (available, features)
+        per_upstream = [
+            supported_through(supported(self.catalogue, a), f) for a, f in self._available.values()
+        ]
         new = {name: (0, min(s[name][1] for s in per_upstream)) for name in self.catalogue}
         changed = new != self.supported
         self.supported = new
@@ -199,8 +209,8 @@ class FeatureGate:
             self.caps = version_caps(catalogue, self.finalized.levels)
         # What is supported is worked out per catalogue: learn every upstream again.
         available, self._available = self._available, {}
-        for upstream, ranges in available.items():
-            self.set_available(upstream, ranges)
+        for upstream, (ranges, features) in available.items():
+            self.set_available(upstream, ranges, features)
         self._on_change()  # connections renegotiate with the new caps
         return True
 
@@ -220,9 +230,13 @@ class FeatureGate:
                 why = f"the catalogue only goes up to level {spec.max_level}"
             else:
                 missing = {
-                    str(g) for a in self._available.values() for g in missing_for(spec, level, a)
+                    str(g) for a, _ in self._available.values() for g in missing_for(spec, level, a)
                 }
-                why = "the upstream lacks " + ", ".join(sorted(missing))
+                why = (
+                    "the upstream lacks " + ", ".join(sorted(missing))
+                    if missing
+                    else "the upstream broker does not support that level"
+                )
             problems.append(f"{name} finalized at level {level}, supported 0-{high} ({why})")
         return problems
 

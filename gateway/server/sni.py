@@ -155,7 +155,7 @@ class SniRouter:
             return memoryview(await reader.readexactly(size))
 
         try:
-            _, request = internal.api_versions_v0_request(-1)
+            _, request = internal.api_versions_request(-1, 0)
             ranges = parse_api_versions_response((await ask(request))[4:], 0)
             low, high = ranges.get(METADATA, (0, -1))
             version = min(high, 12)

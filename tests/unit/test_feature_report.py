@@ -26,6 +26,7 @@ from gateway.features.report import (
     enforced_levels,
     merge_reports,
     merged_epoch,
+    supported_through,
 )
 from gateway.versions import parse_upstream_api_versions
 from tests.harness import encode
@@ -167,3 +168,29 @@ def _v0_body() -> bytes:
             api_keys=(V0Key(api_key=i16(18), min_version=i16(0), max_version=i16(4)),),
         )
     )
+
+
+# Kafka 3.9 in ZooKeeper mode: features on (an epoch), none listed.
+ZOOKEEPER_MODE_39 = FeatureReport(epoch=0)
+
+
+def test_a_kafka_feature_left_out_by_a_feature_aware_broker_is_level_0_only() -> None:
+    support = {"group.version": (0, 1), "test.version": (0, 2)}
+    assert supported_through(support, ZOOKEEPER_MODE_39) == {
+        "group.version": (0, 0),  # Kafka's feature: the broker cannot serve level 1
+        "test.version": (0, 2),  # the gateways' own feature: no broker speaks for it
+    }
+    assert supported_through(support, NO_FEATURES) == support  # Tansu: nothing known
+    assert supported_through(support, KAFKA_44) == {"group.version": (0, 1), "test.version": (0, 2)}
+    levels = {"group.version": 1, "test.version": 2}
+    catalogue = ("group.version", "test.version")
+    assert enforced_levels(levels, ZOOKEEPER_MODE_39, catalogue) == {
+        "group.version": 0,
+        "test.version": 2,
+    }
+    merged = merge_reports(
+        FeatureReport(support, levels, 5), ZOOKEEPER_MODE_39, catalogue, gating=True
+    )
+    assert merged.supported == {"test.version": (0, 2)}
+    assert merged.finalized == {"test.version": 2}
+    assert merged.epoch == 6

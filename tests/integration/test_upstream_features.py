@@ -1,0 +1,146 @@
+"""The broker's own features, merged into the gateway's answer (Apache Kafka 4.x, KRaft).
+
+Kafka 4.x finalizes features at format time (metadata.version, group.version,
+transaction.version, ...). Through a gateway a client must see them as the broker
+reports them, except that a feature the gateways gate is finalized at the lower of the
+two levels, and versions are withheld to match (gateway.features.report states the
+rules). The broker is the session's Apache Kafka, whatever KAFKA_GATEWAY_TEST_BROKER
+says: Tansu reports no features, so only Kafka can show the merge.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+
+from gateway.features.store import FeatureStore
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.kafka_wire import Features, parse_features
+from tests.integration.conftest import CHROOT
+
+CONSUMER_GROUP_HEARTBEAT = 68
+UPDATE_FEATURES = 57
+INVALID_REQUEST = 42
+
+
+def features(host: str, port: int) -> tuple[Features, dict[int, tuple[int, int]]]:
+    with KafkaConnection(host, port) as conn:
+        answer = conn.api_versions(4)
+    assert answer.error_code == 0
+    return parse_features(answer), answer.api_keys
+
+
+def gated_gateway(
+    factory: GatewayFactory, kafka: ApacheKafkaBroker, zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> GatewayProcess:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[features]\nupdate_allowed_from = ["127.0.0.0/8"]\n')
+    return factory(
+        "--config",
+        str(config),
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--zookeeper-chroot",
+        CHROOT,
+        upstream=kafka.bootstrap,
+    )
+
+
+def test_without_gating_a_client_sees_the_brokers_features_as_the_broker_reports_them(
+    gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker
+) -> None:
+    gateway = gateway_factory(upstream=apache_kafka.bootstrap)
+    direct, _ = features(apache_kafka.host, apache_kafka.port)
+    through, _ = features(gateway.host, gateway.port)
+    later, _ = features(apache_kafka.host, apache_kafka.port)
+    assert "metadata.version" in direct.finalized, direct
+    assert through.finalized == direct.finalized
+    # KRaft's epoch is the metadata log's offset: other tests' topics move it meanwhile.
+    assert direct.epoch <= through.epoch <= later.epoch
+    # Broker-only features keep the broker's range; the catalogue's are within both.
+    assert through.supported["metadata.version"] == direct.supported["metadata.version"]
+    assert through.supported["kraft.version"] == direct.supported["kraft.version"]
+    for name, (low, high) in through.supported.items():
+        theirs = direct.supported[name]
+        assert theirs[0] <= low <= high <= theirs[1], name
+
+
+def test_a_gated_feature_is_finalized_at_the_lower_level_and_its_versions_follow(
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    direct, direct_keys = features(apache_kafka.host, apache_kafka.port)
+    assert direct.finalized.get("group.version") == (1, 1), direct.finalized
+    assert CONSUMER_GROUP_HEARTBEAT in direct_keys
+    gateway = gated_gateway(gateway_factory, apache_kafka, zookeeper, tmp_path)
+
+    before, keys = features(gateway.host, gateway.port)
+    # The broker finalized group.version 1, the gateways nothing: clients get 0, and the
+    # KIP-848 heartbeat is withheld rather than offered and then refused.
+    assert "group.version" not in before.finalized
+    assert CONSUMER_GROUP_HEARTBEAT not in keys
+    assert before.finalized["metadata.version"] == direct.finalized["metadata.version"]
+
+    current = store.read()
+    store.write({**current.levels, "group.version": 1}, current.epoch)
+    after, keys = wait_for_features(gateway, lambda f: "group.version" in f.finalized)
+    assert after.finalized["group.version"] == (1, 1)
+    assert CONSUMER_GROUP_HEARTBEAT in keys
+    assert after.epoch > before.epoch
+
+
+def test_update_features_of_a_broker_owned_feature_gets_a_clear_refusal(
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    gateway = gated_gateway(gateway_factory, apache_kafka, zookeeper, tmp_path)
+    before, _ = features(apache_kafka.host, apache_kafka.port)
+    level = before.finalized["metadata.version"][1]
+    request = UpdateFeaturesRequest(
+        timeout=datetime.timedelta(seconds=10),
+        feature_updates=(
+            FeatureUpdateKey(feature="metadata.version", max_version_level=level, upgrade_type=1),
+        ),
+        validate_only=False,
+    )
+    with KafkaConnection(gateway.host, gateway.port) as conn:
+        response = conn.request(UPDATE_FEATURES, 1, request)
+    # v1 body: throttle_time_ms int32, error_code int16, ...
+    error_code = struct.unpack_from(">h", response.body, 4)[0]
+    assert error_code == INVALID_REQUEST
+    assert b"finalized by the Kafka cluster behind kafka-gateway" in response.body
+    assert b"kafka-features.sh --bootstrap-server" in response.body
+    after, _ = features(apache_kafka.host, apache_kafka.port)
+    assert after.finalized == before.finalized
+    assert store.read().levels == {}
+
+
+def wait_for_features(
+    gateway: GatewayProcess, ready: Callable[[Features], bool], timeout: float = 15.0
+) -> tuple[Features, dict[int, tuple[int, int]]]:
+    """The gateway's answer once ``ready`` holds for it (or the last one after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = features(gateway.host, gateway.port)
+        if ready(found[0]) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_levels(store: FeatureStore) -> None:
+    assert store.read().levels == {}, "each test starts from a ZooKeeper of its own"
