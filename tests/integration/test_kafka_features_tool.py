@@ -366,14 +366,19 @@ def test_upgrade_to_level_zero_is_refused_by_both_before_or_by_the_gateway(
 def test_release_version_is_all_or_nothing_in_kafka_features_sh_and_skips_in_featurectl(
     side: Callable[..., Side],
 ) -> None:
-    """``upgrade --release-version 4.0`` sends every feature of that release, metadata.version
-    included, which no gateway lets a client update: the tool fails and nothing is written.
+    """``upgrade|downgrade --release-version`` sends every feature of that release,
+    metadata.version included, which no gateway lets a client update: the tool fails and
+    nothing is written.
     featurectl skips what the gateways do not serve (a note on stderr) and sets the rest to
     the levels the tool's own version-mapping gives."""
     a, b = side("gw-a"), side("gw-b")
     tool = a.tool("upgrade", "--release-version", "4.0")
     assert tool.returncode == 1
     assert tool.stdout.startswith("Could not upgrade ") and "metadata.version to 25." in tool.stdout
+    assert a.read() == Finalized({}, -1)
+    tool = a.tool("downgrade", "--release-version", "3.9")
+    assert tool.returncode == 1
+    assert "Could not downgrade metadata.version to 21." in tool.stdout
     assert a.read() == Finalized({}, -1)
 
     ctl = b.featurectl("upgrade", "--release-version", "4.0")
