@@ -76,6 +76,11 @@ class GoRun:
         """Values of the "consumed" records, in the order the client returned them."""
         return [e["value"] for e in self.of("consumed")]
 
+    @property
+    def values_produced(self) -> list[str]:
+        """Values of the "produced" records, in the order they were acknowledged."""
+        return [e["value"] for e in self.of("produced")]
+
     def __str__(self) -> str:
         lines = [json.dumps(e, sort_keys=True) for e in self.events]
         return "\n".join([" ".join(self.argv), *lines, self.stderr.strip()])

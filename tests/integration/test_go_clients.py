@@ -185,6 +185,27 @@ def test_produce_then_consume(
     assert min(e["bytes"] for e in consumed.of("consumed")) > LARGE_RECORD_BYTES
 
 
+def test_acks_zero_then_acks_one(
+    franz: GoClient, advertised: dict[str, list[int]], unique_topic: str
+) -> None:
+    """Produce requests with acks=0 (no answer comes), one after another, then acks=1.
+
+    Every record arrives, and the acks=1 producer after them gets its answers: the
+    gateway neither waited for answers to acks=0 nor handed out one that is not there.
+    """
+    zero = produce(franz, unique_topic, count=10, acks="none", prefix="zero")
+    one = franz.run("produce", topic=unique_topic, count=3, acks="leader", prefix="one")
+    consumed = franz.run("consume", topic=unique_topic, count=13, timeout_s=OP_TIMEOUT_S)
+    assert sorted(consumed.values) == sorted(zero.values_produced + one.values_produced)
+    # acks=1 answers carry the offsets (acks=0 has none): they must be the records' own.
+    where = {e["value"]: (e["partition"], e["offset"]) for e in consumed.of("consumed")}
+    assert {e["value"]: (e["partition"], e["offset"]) for e in one.of("produced")} == {
+        v: where[v] for v in one.values_produced
+    }
+    assert_negotiated(zero, advertised)
+    assert_negotiated(one, advertised)
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_commits_and_resumes(
     franz: GoClient,

@@ -46,6 +46,7 @@ type options struct {
 	protocol    string
 	isolation   string
 	prefix      string
+	acks        string
 	txnID       string
 	count       int
 	pad         int
@@ -114,6 +115,7 @@ func main() {
 	fs.StringVar(&o.group, "group", "", "consumer group")
 	fs.StringVar(&o.protocol, "protocol", "classic", "group protocol: classic or consumer (KIP-848)")
 	fs.StringVar(&o.isolation, "isolation", "read_uncommitted", "read_committed or read_uncommitted")
+	fs.StringVar(&o.acks, "acks", "all", "produce: all, leader or none (acks=0)")
 	fs.StringVar(&o.prefix, "prefix", "v", "record value prefix (values are <prefix>-<i>)")
 	fs.StringVar(&o.txnID, "txn-id", "", "transactional id")
 	fs.BoolVar(&o.deleteGroup, "delete-group", false, "admin: delete -group at the end")

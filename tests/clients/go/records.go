@@ -75,9 +75,24 @@ func values(prefix string, count int) []string {
 	return out
 }
 
-// runProduce: acks=all and idempotence are franz-go's defaults; they are left as is.
+// runProduce produces -count records. With -acks all (the default) franz-go's
+// defaults stay as they are: acks=all and the idempotent producer. With -acks leader
+// or none idempotence is off (it needs acks=all) and every record is its own Produce
+// request, so several such requests follow one another on one connection: with
+// acks=0 the broker answers none of them, and a proxy that waited for an answer
+// would stall or mismatch the ones after.
 func runProduce(ctx context.Context, o *options) error {
-	cl, err := o.newClient(kgo.DefaultProduceTopic(o.topic))
+	opts := []kgo.Opt{kgo.DefaultProduceTopic(o.topic)}
+	switch o.acks {
+	case "all":
+	case "leader":
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	case "none":
+		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	default:
+		return fmt.Errorf("unknown acks %q (all, leader, none)", o.acks)
+	}
+	cl, err := o.newClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -85,7 +100,18 @@ func runProduce(ctx context.Context, o *options) error {
 	if err := createTopic(ctx, o, cl); err != nil {
 		return err
 	}
-	return produceValues(ctx, o, cl, values(o.prefix, o.count))
+	all := values(o.prefix, o.count)
+	if o.acks == "all" {
+		return produceValues(ctx, o, cl, all)
+	}
+	for i, v := range all {
+		r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(i)), Value: []byte(v)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+		o.emit("produced", recordFields(r))
+	}
+	return nil
 }
 
 // poll reads until want records arrived (or ctx ends) and returns them in poll order.
