@@ -153,9 +153,10 @@ def expected(prefix: str, count: int = RECORDS) -> list[str]:
 
 
 def transactions(probe: JavaProbe, gw: GatewayProcess, topic: str) -> ProbeRun:
-    """One committed and one aborted transaction into ``topic``; checks what readers see:
-    read_committed only the committed records, read_uncommitted both (the aborted ones
-    were written, then filtered)."""
+    """One committed and one aborted transaction into ``topic``, each with records and
+    group offsets; checks that read_committed sees only the committed records,
+    read_uncommitted both (the aborted ones were written, then filtered), and that only
+    the committed transaction's offsets count."""
     run = probe.run(
         "transactions", gw.bootstrap, topic=topic, count=TXN_RECORDS, transactional_id=topic
     )
@@ -165,6 +166,8 @@ def transactions(probe: JavaProbe, gw: GatewayProcess, topic: str) -> ProbeRun:
     assert sorted(run.values("read_committed")) == committed
     assert sorted(run.values("read_uncommitted")) == sorted(committed + aborted)
     assert all(r["reached_end"] for r in run.of("read")), run.describe()
+    # Offsets sent to each transaction: the committed one's count, the aborted one's not.
+    assert run.one("txn_offsets")["offsets"] == {f"{topic}-0": TXN_RECORDS}, run.describe()
     return run
 
 
@@ -473,11 +476,13 @@ def test_transaction_version_2_is_used_once_finalized(
     probe: JavaProbe, gated: GatewayProcess, zookeeper: ZooKeeperProcess, unique_topic: str
 ) -> None:
     """The broker finalized transaction.version=2, the gateways have not: the client runs
-    KIP-890 part 1 transactions (AddPartitionsToTxn, EndTxn v4) until the operator
-    finalizes level 2, after which a new producer uses EndTxn v5 and Produce v12+."""
+    KIP-890 part 1 transactions (AddPartitionsToTxn, EndTxn v4, TxnOffsetCommit v4) until
+    the operator finalizes level 2; a new producer then uses EndTxn v5, Produce v12+ and
+    TxnOffsetCommit v5+."""
     transactions(probe, gated, f"{unique_topic}-tv1")
     before = gateway_requests(gated)
     assert max(before["EndTxn"]) <= 4 and max(before["Produce"]) <= 11, before
+    assert max(before["TxnOffsetCommit"]) <= 4, before
     assert "AddPartitionsToTxn" in before, before
 
     finalize(zookeeper, "transaction.version=2")
@@ -485,4 +490,5 @@ def test_transaction_version_2_is_used_once_finalized(
     transactions(probe, gated, f"{unique_topic}-tv2")
     after = gateway_requests(gated)
     assert max(after["EndTxn"]) >= 5 and max(after["Produce"]) >= 12, after
+    assert max(after["TxnOffsetCommit"]) >= 5, after
     assert_healthy(gated)

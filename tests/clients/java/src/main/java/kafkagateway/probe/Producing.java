@@ -2,12 +2,19 @@ package kafkagateway.probe;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
+import java.util.TreeMap;
 import java.util.concurrent.Future;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
@@ -20,8 +27,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       {@code --partitions} the topic is created first (Admin), with K partitions.
  *   <li>{@code transactions --topic T --count N --transactional-id ID}: one transaction of
  *       N records {@code committed-<i>} is committed, a second of N {@code aborted-<i>} is
- *       aborted; then the topic is read to its end read_committed and read_uncommitted
- *       ({@link Consuming#readToEnd}).
+ *       aborted. Each also commits an offset for group {@code ID} (sendOffsetsToTransaction:
+ *       N, then 2N); {@code txn_offsets} reports the group's offsets afterwards (only the
+ *       committed transaction's should count). Then the topic is read to its end
+ *       read_committed and read_uncommitted ({@link Consuming#readToEnd}).
  * </ul>
  */
 final class Producing {
@@ -84,11 +93,36 @@ final class Producing {
     }
   }
 
+  private static Map<TopicPartition, OffsetAndMetadata> offset(String topic, long offset) {
+    return Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(offset));
+  }
+
+  /** The offsets group {@code group} has committed, as a {@code txn_offsets} event. */
+  private static void groupOffsets(Main.Options opts, String group) {
+    try (Admin admin = Admin.create(Main.common(opts, "admin"))) {
+      Map<String, Object> offsets = new TreeMap<>();
+      // requireStable: wait until no transaction holds offsets of the group pending.
+      ListConsumerGroupOffsetsOptions stable = new ListConsumerGroupOffsetsOptions().requireStable(true);
+      for (Map.Entry<TopicPartition, OffsetAndMetadata> entry :
+          admin
+              .listConsumerGroupOffsets(group, stable)
+              .partitionsToOffsetAndMetadata()
+              .get()
+              .entrySet()) {
+        offsets.put(entry.getKey().toString(), entry.getValue().offset());
+      }
+      Json.emit("txn_offsets", "group", group, "offsets", offsets);
+    } catch (Exception exc) {
+      Json.error("txn_offsets", exc);
+    }
+  }
+
   static void transactions(Main.Options opts) {
     String topic = opts.get("topic");
     int count = opts.getInt("count", 5);
     Properties props = producerProps(opts, "transactional");
-    props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, opts.get("transactional-id"));
+    String group = opts.get("transactional-id");
+    props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, group);
     props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "20000");
     try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
       String step = "init";
@@ -99,6 +133,7 @@ final class Producing {
         if (!send(producer, topic, "c", "committed", count, step)) {
           return;
         }
+        producer.sendOffsetsToTransaction(offset(topic, count), new ConsumerGroupMetadata(group));
         producer.commitTransaction();
         Json.emit("transaction", "outcome", "committed", "count", count);
         step = "abort";
@@ -106,6 +141,8 @@ final class Producing {
         if (!send(producer, topic, "a", "aborted", count, step)) {
           return;
         }
+        producer.sendOffsetsToTransaction(
+            offset(topic, 2 * count), new ConsumerGroupMetadata(group));
         producer.abortTransaction();
         Json.emit("transaction", "outcome", "aborted", "count", count);
       } catch (Exception exc) {
@@ -113,6 +150,7 @@ final class Producing {
         return;
       }
     }
+    groupOffsets(opts, group);
     Consuming.readToEnd(opts, topic, "read_committed");
     Consuming.readToEnd(opts, topic, "read_uncommitted");
   }
