@@ -438,6 +438,43 @@ def test_api_versions_never_more_than_the_broker(
         assert broker_low <= low <= high <= broker_high, f"{name}: {[low, high]} vs broker"
 
 
+#: The gateway's KIP-885 tags on ApiVersions (gateway/interceptors/api_versions.py).
+BROKER_SOFTWARE_NAME_TAG, BROKER_SOFTWARE_VERSION_TAG = "10000", "10001"
+
+
+def release_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def claim_covers(claim: str, release: str) -> bool:
+    """Whether the gateway's fingerprint ("3.7", "3.3-3.4", ">=4.2") includes ``release``."""
+    if claim == "unknown":
+        return False
+    at = release_tuple(release)
+    if claim.startswith(">="):
+        return at >= release_tuple(claim[2:])
+    low, _, high = claim.partition("-")
+    return release_tuple(low) <= at <= release_tuple(high or low)
+
+
+def test_broker_software_tags(
+    both_versions: tuple[dict, dict],
+    apache_kafka: ApacheKafkaBroker,
+    request: pytest.FixtureRequest,
+) -> None:
+    """franz-go reads the gateway's ApiVersions with its two extra tags (KIP-885, as
+    tags unknown to it) and they name Apache Kafka at a release range holding the real one.
+    """
+    direct, gateway = both_versions
+    assert direct["unknown_tags"] == {}, "premise: Kafka itself sends no such tags"
+    tags = gateway["unknown_tags"]
+    request.node.user_properties.append(("gateway_broker_software", tags))
+    assert tags[BROKER_SOFTWARE_NAME_TAG] == "Apache Kafka"
+    release = ".".join(apache_kafka.version.split(".")[:2])
+    claim = tags[BROKER_SOFTWARE_VERSION_TAG]
+    assert claim_covers(claim, release), f"gateway says {claim}, the broker is {release}"
+
+
 #: Known gateway difference (reported to the lead, not this slice's to fix): the
 #: catalogue (gateway/data/features.toml) lists share.version level 1 only, so the
 #: gateway advertises share.version supported [0, 1] while passing Kafka 4.4's

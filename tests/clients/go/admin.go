@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -287,7 +288,19 @@ func versionFields(resp *kmsg.ApiVersionsResponse) map[string]any {
 			diff[keyName(k)] = [2]int16{-1, v}
 		}
 	})
+	// Top-level tags kmsg does not know, as compact strings where they read as one
+	// (the gateway's KIP-885 BrokerSoftwareName/Version are such tags).
+	unknown := map[string]string{}
+	resp.UnknownTags.Each(func(tag uint32, raw []byte) {
+		r := kbin.Reader{Src: raw}
+		text := r.CompactString()
+		if r.Complete() != nil {
+			text = fmt.Sprintf("%x", raw)
+		}
+		unknown[fmt.Sprint(tag)] = text
+	})
 	return map[string]any{
+		"unknown_tags":       unknown,
 		"guess":              vs.VersionGuess(),
 		"keys":               keys,
 		"supported_features": supported,
