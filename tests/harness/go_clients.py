@@ -168,3 +168,74 @@ class GoClient:
         if check and done.returncode != 0:
             raise HarnessError(f"gatewayclient {command} exited {done.returncode}:\n{result}")
         return result
+
+
+# --------------------------------------------------------------------------------------
+# Checks on what franz-go sent and read (plain asserts, used by the tests)
+# --------------------------------------------------------------------------------------
+
+
+#: Requests franz-go always sends at min(its newest, the advertised max). Others it pins
+#: lower in some contexts (kgo's pinReq): AddPartitionsToTxn at v3 (v4+ is
+#: inter-broker), EndTxn at v4 without KIP-890 part 2, OffsetFetch/OffsetCommit/
+#: TxnOffsetCommit lower when a topic has no ID, FindCoordinator v3 for single lookups.
+UNPINNED = frozenset(
+    {
+        "Produce",
+        "Fetch",
+        "Metadata",
+        "ListOffsets",
+        "InitProducerID",
+        "JoinGroup",
+        "SyncGroup",
+        "LeaveGroup",
+        "CreateTopics",
+        "DescribeCluster",
+    }
+)
+
+
+def assert_negotiated(run: GoRun, advertised: dict[str, list[int]]) -> None:
+    """franz-go sent only advertised keys and versions, the newest where it does not pin.
+
+    ApiVersions is the exception by design: franz-go first tries its newest and, on
+    UNSUPPORTED_VERSION, retries with the version the answer names; the retry must be
+    the gateway's max.
+    """
+    client_max = run.one("wire")["client_max"]
+    for name, sent in run.requests.items():
+        assert name in advertised, f"franz-go sent {name}, which the gateway does not advertise"
+        low, high = advertised[name]
+        expected = min(client_max[name], high)
+        if name == "ApiVersions":
+            assert sent[0] == expected, f"ApiVersions retry: sent {sent}, advertised {expected}"
+            continue
+        assert all(low <= v <= high for v in sent), f"{name}: sent {sent}, advertised {[low, high]}"
+        if name in UNPINNED:
+            assert sent == [expected], f"{name}: sent {sent}, expected v{expected}\n{run}"
+
+
+def release_tuple(text: str) -> tuple[int, ...]:
+    """ "4.4" -> (4, 4), for comparing releases."""
+    return tuple(int(part) for part in text.split("."))
+
+
+def claim_covers(claim: str, release: str) -> bool:
+    """Whether the gateway's fingerprint ("3.7", "3.3-3.4", ">=4.2") includes ``release``."""
+    if claim == "unknown":
+        return False
+    at = release_tuple(release)
+    if claim.startswith(">="):
+        return at >= release_tuple(claim[2:])
+    low, _, high = claim.partition("-")
+    return release_tuple(low) <= at <= release_tuple(high or low)
+
+
+def finalized_out_of_range(answer: dict[str, Any]) -> dict[str, str]:
+    """Features whose finalized level lies outside the supported range, with both."""
+    problems = {}
+    for name, level in answer["finalized_features"].items():
+        low, high = answer["supported_features"].get(name, [0, 0])
+        if not low <= level <= high:
+            problems[name] = f"finalized {level}, supported {[low, high]}"
+    return problems

@@ -24,7 +24,15 @@ import pytest
 from tests.conftest import GatewayFactory
 from tests.harness import UNREACHABLE_HOST, GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
-from tests.harness.go_clients import GoClient, GoMissing, GoRun, build
+from tests.harness.go_clients import (
+    GoClient,
+    GoMissing,
+    GoRun,
+    assert_negotiated,
+    build,
+    claim_covers,
+    finalized_out_of_range,
+)
 
 #: Records per scenario: enough to land on every partition, few enough to stay fast.
 RECORDS = 20
@@ -81,46 +89,6 @@ def franz(binary: Path, gateway: GatewayProcess) -> GoClient:
 def advertised(franz: GoClient) -> dict[str, list[int]]:
     """The gateway's ApiVersions answer as franz-go reads it: name -> [min, max]."""
     return franz.run("versions").one("api_versions")["keys"]
-
-
-#: Requests franz-go always sends at min(its newest, the advertised max). Others it pins
-#: lower in some contexts (kgo's pinReq): AddPartitionsToTxn at v3 (v4+ is
-#: inter-broker), EndTxn at v4 without KIP-890 part 2, OffsetFetch/OffsetCommit/
-#: TxnOffsetCommit lower when a topic has no ID, FindCoordinator v3 for single lookups.
-UNPINNED = frozenset(
-    {
-        "Produce",
-        "Fetch",
-        "Metadata",
-        "ListOffsets",
-        "InitProducerID",
-        "JoinGroup",
-        "SyncGroup",
-        "LeaveGroup",
-        "CreateTopics",
-        "DescribeCluster",
-    }
-)
-
-
-def assert_negotiated(run: GoRun, advertised: dict[str, list[int]]) -> None:
-    """franz-go sent only advertised keys and versions, the newest where it does not pin.
-
-    ApiVersions is the exception by design: franz-go first tries its newest and, on
-    UNSUPPORTED_VERSION, retries with the version the answer names; the retry must be
-    the gateway's max.
-    """
-    client_max = run.one("wire")["client_max"]
-    for name, sent in run.requests.items():
-        assert name in advertised, f"franz-go sent {name}, which the gateway does not advertise"
-        low, high = advertised[name]
-        expected = min(client_max[name], high)
-        if name == "ApiVersions":
-            assert sent[0] == expected, f"ApiVersions retry: sent {sent}, advertised {expected}"
-            continue
-        assert all(low <= v <= high for v in sent), f"{name}: sent {sent}, advertised {[low, high]}"
-        if name in UNPINNED:
-            assert sent == [expected], f"{name}: sent {sent}, expected v{expected}\n{run}"
 
 
 def produce(franz: GoClient, topic: str, count: int = RECORDS, **flags: object) -> GoRun:
@@ -442,21 +410,6 @@ def test_api_versions_never_more_than_the_broker(
 BROKER_SOFTWARE_NAME_TAG, BROKER_SOFTWARE_VERSION_TAG = "10000", "10001"
 
 
-def release_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
-def claim_covers(claim: str, release: str) -> bool:
-    """Whether the gateway's fingerprint ("3.7", "3.3-3.4", ">=4.2") includes ``release``."""
-    if claim == "unknown":
-        return False
-    at = release_tuple(release)
-    if claim.startswith(">="):
-        return at >= release_tuple(claim[2:])
-    low, _, high = claim.partition("-")
-    return release_tuple(low) <= at <= release_tuple(high or low)
-
-
 def test_broker_software_tags(
     both_versions: tuple[dict, dict],
     apache_kafka: ApacheKafkaBroker,
@@ -480,16 +433,6 @@ def test_broker_software_tags(
 #: gateway advertises share.version supported [0, 1] while passing Kafka 4.4's
 #: finalized level 2 through unchanged.
 KNOWN_FINALIZED_ABOVE_SUPPORTED = {"share.version"}
-
-
-def finalized_out_of_range(answer: dict[str, Any]) -> dict[str, str]:
-    """Features whose finalized level lies outside the supported range, with both."""
-    problems = {}
-    for name, level in answer["finalized_features"].items():
-        low, high = answer["supported_features"].get(name, [0, 0])
-        if not low <= level <= high:
-            problems[name] = f"finalized {level}, supported {[low, high]}"
-    return problems
 
 
 def test_finalized_levels_within_supported_ranges(both_versions: tuple[dict, dict]) -> None:
