@@ -216,7 +216,7 @@ def assert_negotiated(run: GoRun, advertised: dict[str, list[int]]) -> None:
 
 
 def release_tuple(text: str) -> tuple[int, ...]:
-    """ "4.4" -> (4, 4), for comparing releases."""
+    """A release as a comparable tuple: "4.4" -> (4, 4)."""
     return tuple(int(part) for part in text.split("."))
 
 

@@ -1,8 +1,10 @@
 """franz-go (Go: kgo and kadm) through a sidecar gateway in front of real Apache Kafka.
 
-The broker (fixture ``apache_kafka``, 4.x in KRaft mode) advertises an unresolvable
-host, so every call below that goes past bootstrap works only because the gateway
-rewrote the address (``test_premise_*`` checks that premise without a gateway).
+The broker (fixture ``apache_kafka``: Kafka 4.4 in KRaft mode by default, 3.9 in
+ZooKeeper mode with KAFKA_GATEWAY_TEST_BROKER=kafka-3.9, where the KIP-848 parts use
+classic groups) advertises an unresolvable host, so every call below that goes past
+bootstrap works only because the gateway rewrote the address (``test_premise_*``
+checks that premise without a gateway).
 
 franz-go sends, per request, the highest version both it and the broker advertise, so
 besides the scenarios (produce/consume, classic and KIP-848 groups, admin,
@@ -63,7 +65,7 @@ def direct_versions(binary: Path, apache_kafka: ApacheKafkaBroker) -> dict[str, 
 
 
 def kip848_group_protocol(direct_versions: dict[str, Any]) -> str:
-    """ "consumer" where the broker itself offers KIP-848 groups, else "classic".
+    """The group protocol to test KIP-848 with: "consumer" where the broker offers it.
 
     Decided from the broker's answer, not the gateway's: a gateway that hid
     ConsumerGroupHeartbeat from a broker offering it must fail the tests, not skip them.
