@@ -281,10 +281,11 @@ def test_transactions_read_committed_sees_only_the_committed_one(
 ) -> None:
     transactions(probe, sidecar, unique_topic)
     # Kafka 4.4 finalizes transaction.version=2 and the sidecar passes it on, so the
-    # client runs KIP-890 part 2: Produce v12+ and EndTxn v5+, no AddPartitionsToTxn.
+    # client runs KIP-890 part 2: Produce v12+, EndTxn v5+, no AddPartitionsToTxn and
+    # no AddOffsetsToTxn (the broker adds partitions and the group implicitly).
     seen = gateway_requests(sidecar)
     assert max(seen["EndTxn"]) >= 5 and max(seen["Produce"]) >= 12, seen
-    assert "AddPartitionsToTxn" not in seen, seen
+    assert not {"AddPartitionsToTxn", "AddOffsetsToTxn"} & seen.keys(), seen
 
 
 # --------------------------------------------------------------------------------------
@@ -476,14 +477,14 @@ def test_transaction_version_2_is_used_once_finalized(
     probe: JavaProbe, gated: GatewayProcess, zookeeper: ZooKeeperProcess, unique_topic: str
 ) -> None:
     """The broker finalized transaction.version=2, the gateways have not: the client runs
-    KIP-890 part 1 transactions (AddPartitionsToTxn, EndTxn v4, TxnOffsetCommit v4) until
+    KIP-890 part 1 transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn v4) until
     the operator finalizes level 2; a new producer then uses EndTxn v5, Produce v12+ and
-    TxnOffsetCommit v5+."""
+    TxnOffsetCommit v5+ (the catalogue's level 2)."""
     transactions(probe, gated, f"{unique_topic}-tv1")
     before = gateway_requests(gated)
     assert max(before["EndTxn"]) <= 4 and max(before["Produce"]) <= 11, before
     assert max(before["TxnOffsetCommit"]) <= 4, before
-    assert "AddPartitionsToTxn" in before, before
+    assert {"AddPartitionsToTxn", "AddOffsetsToTxn"} <= before.keys(), before
 
     finalize(zookeeper, "transaction.version=2")
     wait_advertised(gated, END_TXN, 5)
