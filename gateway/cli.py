@@ -178,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests with an API key the gateway does not know: close the connection, "
         "as Kafka does, or forward them untouched (vendor keys) [close]",
     )
+    p.add_argument(
+        "--embedded-broker",
+        choices=["tansu", "kafka"],
+        help="without --upstream: the local broker to start, Tansu (light) or Apache Kafka "
+        "4.x in KRaft mode (fetched with Maven on first use) [tansu]",
+    )
     _add_limit_flags(p)
     return p
 
@@ -251,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "sni_broker_host": args.sni_broker_host,
         "sni_bootstrap_host": args.sni_bootstrap_host,
         "unknown_api_keys": args.unknown_api_keys,
+        "embedded_broker": args.embedded_broker,
         "workers": args.workers,
         **{key: getattr(args, key) for key in _LIMIT_FLAGS},
         "max_connections_per_ip_overrides": args.max_connections_per_ip_overrides,
@@ -290,7 +297,7 @@ def run(config: Config) -> int:
     )
     stack: LocalStack | None = None
     if config.upstream is None:
-        stack = LocalStack(default_workdir())
+        stack = LocalStack(default_workdir(), broker_kind=config.embedded_broker)
         try:
             stack.start()
         except EmbeddedError as exc:
@@ -315,7 +322,8 @@ def run(config: Config) -> int:
             print(
                 f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
                 f"  (bootstrap.servers={config.advertised}:{config.listen.port})\n"
-                f"  broker (Tansu): {stack.broker}   ZooKeeper: {stack.zookeeper}\n"
+                f"  broker ({stack.broker_name}): {stack.broker}"
+                f"   ZooKeeper: {stack.zookeeper}\n"
                 f"  feature levels: {shell_command('featurectl')} describe"
                 f" --zookeeper {stack.zookeeper}\n"
                 # featurectl reads it when --zookeeper is left out (README walkthrough).

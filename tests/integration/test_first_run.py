@@ -21,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kio.schema.metadata.v12.request import MetadataRequest
 
 from gateway.commands import shell_command
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV, FeatureStore, make_client
 from tests.conftest import require_tool
-from tests.harness import LOOPBACK, ManagedProcess, free_port, port_accepts
+from tests.harness import LOOPBACK, KafkaConnection, ManagedProcess, free_port, port_accepts
+from tests.harness.apache_kafka import KRAFT_VERSION
+from tests.harness.kafka_wire import parse_features
 from tests.harness.shell import ROOT, markdown_shell_blocks, new_shell_env, simple_commands
 from tests.unit.test_help_examples import examples, help_epilogs
 
@@ -40,7 +43,8 @@ class ScriptsRun(ManagedProcess):
 
     start_timeout = 120.0  # ZooKeeper (a JVM) and Tansu start first
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *extra: str) -> None:
+        self.extra = list(extra)
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_GATEWAY")}
         # This checkout's code, also where .venv's editable install points elsewhere.
         env.update(
@@ -61,7 +65,7 @@ class ScriptsRun(ManagedProcess):
         return f"{LOOPBACK}:{self.metrics_port}"
 
     def command(self) -> list[str]:
-        return [str(RUN), "--listen", self.bootstrap, "--metrics-listen", self.metrics]
+        return [str(RUN), "--listen", self.bootstrap, "--metrics-listen", self.metrics, *self.extra]
 
     def _probe_ready(self) -> bool:
         return BANNER_END in self.log_text() and port_accepts(LOOPBACK, self.port, timeout=0.5)
@@ -225,3 +229,29 @@ def test_featurectl_help_examples_run_against_the_stack(first_run: FirstRun, com
         assert "usage:" not in done.stderr, (line, done.stderr)
         assert done.stdout or done.stderr
     assert simple_commands(lines[0])[0][0] == shell_command("featurectl")
+
+
+def test_scripts_run_broker_kafka_puts_apache_kafka_behind_the_gateway(tmp_path: Path) -> None:
+    """`scripts/run --broker kafka`: the real broker, fetched with Maven, behind the gateway."""
+    if not (ROOT / ".venv" / "bin" / "kafka-gateway").exists():
+        pytest.skip("needs the repository's .venv (scripts/test creates it)")
+    stack = ScriptsRun(tmp_path, "--broker", "kafka")
+    stack.start()
+    try:
+        brokers = {k: v for k, v in stack.banner().items() if k.startswith("broker (")}
+        assert list(brokers) == [f"broker (Apache Kafka {KRAFT_VERSION})"], stack.banner()
+        with KafkaConnection(LOOPBACK, stack.port) as conn:
+            features = parse_features(conn.api_versions(4))
+            metadata = conn.request_entity(
+                MetadataRequest(
+                    topics=None,
+                    allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False,
+                )
+            )
+        # Kafka's own feature, merged into the gateway's answer; addresses rewritten.
+        assert "metadata.version" in features.finalized, features
+        assert [(b.host, b.port) for b in metadata.brokers] == [(LOOPBACK, stack.port)]
+    finally:
+        code = stack.stop()
+    assert code == 0, f"scripts/run --broker kafka exited with {code}\n{stack.log_tail()}"
