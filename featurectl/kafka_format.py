@@ -10,9 +10,9 @@ one line per feature the answering side *supports*, sorted by name; a feature th
 finalized but not supported is not printed (Kafka prints only ``supportedFeatures``).
 ``metadata.version`` levels are printed as their release names (``4.4-IV2``), a level
 that Kafka 4.4 no longer knows as ``UNKNOWN <level>``, the epoch as ``-`` before
-anything was finalized (the Java client has no epoch then). Kafka 3.x printed the same
-fields separated by tabs; 4.x pads them, and this module follows 4.4, the release the
-integration tests run.
+anything was finalized (the Java client has no epoch then). Older releases (3.x, and
+Kafka's sources as late as October 2024) separated the same fields with tabs; this
+module follows 4.4, the release the integration tests run.
 """
 
 from __future__ import annotations
