@@ -21,14 +21,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// command is one subcommand: its flags and what it does.
+// command is one subcommand: its one-line help and what it runs.
 type command struct {
 	help string
 	run  func(ctx context.Context, o *options) error
 }
 
 var commands = map[string]command{
-	"produce":  {"produce -count records (acks=all, idempotent) to -topic", runProduce},
+	"produce":  {"produce -count records to -topic (-acks all: idempotent; -pad bytes)", runProduce},
 	"consume":  {"read -count records of -topic from the start, no group", runConsume},
 	"group":    {"consume -count records in -group, commit exactly them, leave", runGroup},
 	"txn":      {"abort one transaction of -count records, then commit one", runTxn},
@@ -71,13 +71,12 @@ func (o *options) emit(event string, fields map[string]any) {
 }
 
 // clientOpts are the kgo options every client of this program uses: the recording
-// dialer, short timeouts (a broken gateway should fail a test in seconds), and a
-// client software name that KIP-511 accepts.
+// dialer (with its own 5 s dial timeout), short timeouts (a broken gateway should fail
+// a test in seconds), and a client software name that KIP-511 accepts.
 func (o *options) clientOpts(extra ...kgo.Opt) []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(o.bootstrap, ",")...),
 		kgo.Dialer(o.wire.dial),
-		kgo.DialTimeout(5 * time.Second),
 		kgo.RequestTimeoutOverhead(5 * time.Second),
 		kgo.RetryTimeout(o.timeout),
 		kgo.MetadataMinAge(250 * time.Millisecond),
@@ -86,6 +85,7 @@ func (o *options) clientOpts(extra ...kgo.Opt) []kgo.Opt {
 	return append(opts, extra...)
 }
 
+// newClient is a kgo client with clientOpts and the command's own options.
 func (o *options) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
 	return kgo.NewClient(o.clientOpts(extra...)...)
 }

@@ -48,9 +48,10 @@ func createTopic(ctx context.Context, o *options, cl *kgo.Client) error {
 }
 
 // produceValues produces one record per value (key "key-<i>", and a header "pad" of
-// -pad bytes when set) and waits for all acknowledgements, printing each record where
-// it landed.
-func produceValues(ctx context.Context, o *options, cl *kgo.Client, values []string) error {
+// -pad bytes when set) and waits for the acknowledgements, printing each record
+// where it landed. oneByOne sends each record as its own Produce request, after the
+// previous one was written (acked, with acks other than 0).
+func produceValues(ctx context.Context, o *options, cl *kgo.Client, values []string, oneByOne bool) error {
 	records := make([]*kgo.Record, len(values))
 	for i, v := range values {
 		records[i] = &kgo.Record{Topic: o.topic, Key: []byte("key-" + strconv.Itoa(i)), Value: []byte(v)}
@@ -58,8 +59,17 @@ func produceValues(ctx context.Context, o *options, cl *kgo.Client, values []str
 			records[i].Headers = []kgo.RecordHeader{{Key: "pad", Value: bytes.Repeat([]byte{'x'}, o.pad)}}
 		}
 	}
-	if err := cl.ProduceSync(ctx, records...).FirstErr(); err != nil {
-		return fmt.Errorf("produce: %w", err)
+	batches := [][]*kgo.Record{records}
+	if oneByOne {
+		batches = batches[:0]
+		for _, r := range records {
+			batches = append(batches, []*kgo.Record{r})
+		}
+	}
+	for _, batch := range batches {
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
 	}
 	for _, r := range records {
 		o.emit("produced", recordFields(r))
@@ -100,18 +110,7 @@ func runProduce(ctx context.Context, o *options) error {
 	if err := createTopic(ctx, o, cl); err != nil {
 		return err
 	}
-	all := values(o.prefix, o.count)
-	if o.acks == "all" {
-		return produceValues(ctx, o, cl, all)
-	}
-	for i, v := range all {
-		r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(i)), Value: []byte(v)}
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			return fmt.Errorf("produce: %w", err)
-		}
-		o.emit("produced", recordFields(r))
-	}
-	return nil
+	return produceValues(ctx, o, cl, values(o.prefix, o.count), o.acks != "all")
 }
 
 // poll reads until want records arrived (or ctx ends) and returns them in poll order.

@@ -31,7 +31,7 @@ func runTxn(ctx context.Context, o *options) error {
 		if err := cl.BeginTransaction(); err != nil {
 			return fmt.Errorf("begin %s transaction: %w", end.prefix, err)
 		}
-		if err := produceValues(ctx, o, cl, values(end.prefix, o.count)); err != nil {
+		if err := produceValues(ctx, o, cl, values(end.prefix, o.count), false); err != nil {
 			return err
 		}
 		if err := cl.EndTransaction(ctx, end.commit); err != nil {
