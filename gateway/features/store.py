@@ -31,6 +31,7 @@ from .znode import (
     Finalized,
     Registration,
     ZNodeError,
+    decode_broker_features,
     decode_feature_znode,
     decode_registration,
     encode_feature_znode,
@@ -73,6 +74,11 @@ class Paths:
 
     def gateway(self, gateway_id: str) -> str:
         return f"{self.gateway_ids}/{gateway_id}"
+
+    @property
+    def broker_ids(self) -> str:
+        """Where ZooKeeper-mode Kafka brokers register when the chroot is Kafka's own."""
+        return f"{self.chroot}/brokers/ids"
 
 
 def normalize_chroot(chroot: str) -> str:
@@ -284,7 +290,22 @@ class FeatureStore:
         return out
 
     def supported_by_gateway(self) -> dict[str, dict[str, tuple[int, int]]]:
-        return {r.gateway_id: dict(r.features) for r in self.registrations()}
+        """What every live server that reads this chroot's feature znode supports: the
+        gateways' registrations, and the ZooKeeper-mode Kafka brokers registered beside
+        them when the chroot is Kafka's own ("Kafka broker <id>"). Kafka's controller
+        refuses a level one live broker cannot serve; a broker handed one exits."""
+        out = {r.gateway_id: dict(r.features) for r in self.registrations()}
+        try:
+            broker_ids = self.client.get_children(self.paths.broker_ids)
+        except NoNodeError:
+            return out
+        for broker_id in sorted(broker_ids):
+            try:
+                data, _ = self.client.get(f"{self.paths.broker_ids}/{broker_id}")
+                out[f"Kafka broker {broker_id}"] = decode_broker_features(broker_id, data)
+            except (NoNodeError, ZNodeError):
+                continue
+        return out
 
 
 __all__ = [

@@ -116,14 +116,27 @@ def encode_registration(reg: Registration) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+def _supported(doc: Mapping[str, Any]) -> dict[str, VersionRange]:
+    return {
+        name: (int(r["min_version"]), int(r["max_version"]))
+        for name, r in (doc.get("features") or {}).items()
+    }
+
+
+def decode_broker_features(broker_id: str, data: bytes) -> dict[str, VersionRange]:
+    """The supported features a ZooKeeper-mode Kafka broker registered in
+    ``/brokers/ids/<id>`` (the same shape as a gateway's registration)."""
+    try:
+        return _supported(json.loads(data))
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ZNodeError(f"registration of broker {broker_id!r} is unreadable: {exc!r}") from None
+
+
 def decode_registration(gateway_id: str, data: bytes) -> Registration:
     try:
         doc = json.loads(data)
         software = doc.get("broker_software") or {}
-        features = {
-            name: (int(r["min_version"]), int(r["max_version"]))
-            for name, r in (doc.get("features") or {}).items()
-        }
+        features = _supported(doc)
         return Registration(
             gateway_id=gateway_id,
             listener=str(doc["listener"]),
@@ -144,6 +157,7 @@ __all__ = [
     "Finalized",
     "Registration",
     "ZNodeError",
+    "decode_broker_features",
     "decode_feature_znode",
     "decode_registration",
     "encode_feature_znode",

@@ -303,13 +303,6 @@ def test_featurectl_over_the_kafka_protocol_against_the_broker(
     assert kafka39.store.read() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="featurectl validates against <chroot>/gateways/ids only, not the Kafka brokers "
-    "in <chroot>/brokers/ids, so it accepts a level a ZooKeeper-mode broker cannot serve "
-    "(and the broker then exits, see test_a_level_kafka_cannot_serve_stops_the_broker)",
-)
 def test_featurectl_refuses_a_level_the_brokers_in_the_chroot_cannot_serve(
     kafka39: ZooKeeperModeKafka, gateway_factory: GatewayFactory
 ) -> None:
@@ -465,13 +458,6 @@ def test_metadata_find_coordinator_and_describe_cluster_name_the_gateway(
     assert ours == replace(kafkas, brokers=rewritten)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the gateway infers support from ApiVersions key ranges; a 3.9 ZooKeeper-mode "
-    "broker lists ConsumerGroupHeartbeat v0 but answers it UNSUPPORTED_VERSION, so the "
-    "gateway registers group.version 0-1",
-)
 def test_gateway_registers_only_levels_the_broker_serves(
     gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka, gateway_chroot: str
 ) -> None:
