@@ -10,6 +10,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -53,6 +54,18 @@ final class Consuming {
         "value", record.value(),
         "partition", record.partition(),
         "offset", record.offset());
+  }
+
+  /**
+   * Group {@code group}'s metadata as a consumer that never joined has it: what
+   * sendOffsetsToTransaction takes (its constructors are deprecated for removal in 4.x).
+   */
+  static ConsumerGroupMetadata groupMetadata(Main.Options opts, String group) {
+    Properties props = consumerProps(opts, "group-metadata");
+    props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+      return consumer.groupMetadata();
+    }
   }
 
   static void consume(Main.Options opts) {

@@ -122,6 +122,7 @@ final class Producing {
     int count = opts.getInt("count", 5);
     Properties props = producerProps(opts, "transactional");
     String group = opts.get("transactional-id");
+    ConsumerGroupMetadata groupMetadata = Consuming.groupMetadata(opts, group);
     props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, group);
     props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "20000");
     try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
@@ -133,7 +134,7 @@ final class Producing {
         if (!send(producer, topic, "c", "committed", count, step)) {
           return;
         }
-        producer.sendOffsetsToTransaction(offset(topic, count), new ConsumerGroupMetadata(group));
+        producer.sendOffsetsToTransaction(offset(topic, count), groupMetadata);
         producer.commitTransaction();
         Json.emit("transaction", "outcome", "committed", "count", count);
         step = "abort";
@@ -141,8 +142,7 @@ final class Producing {
         if (!send(producer, topic, "a", "aborted", count, step)) {
           return;
         }
-        producer.sendOffsetsToTransaction(
-            offset(topic, 2 * count), new ConsumerGroupMetadata(group));
+        producer.sendOffsetsToTransaction(offset(topic, 2 * count), groupMetadata);
         producer.abortTransaction();
         Json.emit("transaction", "outcome", "aborted", "count", count);
       } catch (Exception exc) {
