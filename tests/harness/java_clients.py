@@ -19,8 +19,7 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +107,8 @@ class ProbeRun:
         """The run for an assertion message: events, then the tail of the client's log."""
         events = "\n".join(json.dumps(e) for e in self.events)
         log = "\n".join(self.stderr.splitlines()[-40:])
-        return f"$ {' '.join(self.argv[-12:])}\n{events}\n--- client log (tail) ---\n{log}"
+        head = f"$ {' '.join(self.argv[-12:])}  # exit {self.returncode}, {self.seconds:.1f} s"
+        return f"{head}\n{events}\n--- client log (tail) ---\n{log}"
 
 
 @dataclass
@@ -117,7 +117,6 @@ class JavaProbe:
 
     classpath: str
     java: str
-    runs: list[ProbeRun] = field(default_factory=list)
 
     def run(
         self,
@@ -147,13 +146,12 @@ class JavaProbe:
             ) from None
         events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         run = ProbeRun(argv, events, done.returncode, done.stderr, time.monotonic() - started)
-        self.runs.append(run)
         if done.returncode != 0 or not run.of("done"):
             raise HarnessError(f"Java probe {scenario} exited {done.returncode}\n{run.describe()}")
         return run
 
 
-def build(env: Mapping[str, str] | None = None) -> JavaProbe:
+def build() -> JavaProbe:
     """The probe built from the repository's sources (Maven, on first use per hash)."""
     mvn, java = _tool("mvn"), _tool("java")
     _tool("javac")
@@ -170,7 +168,7 @@ def build(env: Mapping[str, str] | None = None) -> JavaProbe:
                 "compile", "dependency:copy-dependencies",
                 "-DincludeScope=runtime", f"-DoutputDirectory={target / 'lib'}",
             ]  # fmt: skip
-            done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 tail = (done.stdout + done.stderr).strip().splitlines()[-20:]
                 raise HarnessError(
