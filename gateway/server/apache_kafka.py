@@ -24,6 +24,7 @@ racing.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import os
@@ -240,7 +241,9 @@ class KafkaNode:
 
 
 def _kafka_uuid() -> str:
-    """A cluster id as Kafka writes them: 16 random bytes, URL-safe base64, unpadded."""
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as Kafka makes them: 16 random bytes, URL-safe base64, unpadded, and
+    never starting with "-" (StorageTool would read that as an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
