@@ -17,6 +17,9 @@ gates. A client talks to one endpoint, so it gets one answer, merged by these ru
 * **A feature of the gateways' own** (a catalogue name Kafka does not define), or any
   feature behind a broker that reports none at all (Tansu, an answer below v3): the
   gateways' own range and level.
+* **No finalized level above the supported range**, as Kafka never reports one: a
+  level the broker finalized beyond what the gateways' catalogue lists is reported at
+  the highest level both support.
 * **The epoch** grows whenever either source's epoch grows, and never goes back for a
   client: ``gateway_epoch + upstream_epoch + 1`` when both sources have one, else the one
   that has (-1 when neither). Both are monotonic (the feature znode's data version, the
@@ -138,6 +141,9 @@ def merge_reports(
         finalized |= enforced_levels(gateway.finalized, upstream, catalogue)
     else:
         finalized |= {n: v for n, v in upstream.finalized.items() if n in catalogue}
+    # Never a level above what is supported, as Kafka never reports one: a broker may
+    # finalize a level the gateways' catalogue does not list (share.version 2 on 4.4).
+    finalized = {n: min(v, supported.get(n, (0, v))[1]) for n, v in finalized.items()}
     finalized = {n: v for n, v in finalized.items() if v >= 1}
     return FeatureReport(supported, finalized, merged_epoch(gateway.epoch, upstream.epoch))
 

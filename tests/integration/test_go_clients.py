@@ -384,7 +384,8 @@ def test_api_versions_never_more_than_the_broker(
     apache_kafka: ApacheKafkaBroker,
     request: pytest.FixtureRequest,
 ) -> None:
-    """The gateway advertises a subset of the broker's keys and ranges, same finalized levels.
+    """The gateway advertises a subset of the broker's keys and ranges, and the broker's
+    finalized levels, capped by the gateway's supported range (gateway.features.report).
 
     Where they differ (the gateway also caps at what its codec knows), franz-go's
     kversion guess of the release differs too; both guesses go into the test report
@@ -402,7 +403,12 @@ def test_api_versions_never_more_than_the_broker(
         assert name in direct["keys"], f"gateway advertises {name}, the broker does not"
         broker_low, broker_high = direct["keys"][name]
         assert broker_low <= low <= high <= broker_high, f"{name}: {[low, high]} vs broker"
-    assert gateway["finalized_features"] == direct["finalized_features"]
+    supported = gateway["supported_features"]
+    expected = {
+        name: min(level, supported.get(name, (0, level))[1])
+        for name, level in direct["finalized_features"].items()
+    }
+    assert gateway["finalized_features"] == {n: v for n, v in expected.items() if v >= 1}
     for name, (low, high) in gateway["supported_features"].items():
         broker_low, broker_high = direct["supported_features"][name]
         assert broker_low <= low <= high <= broker_high, f"{name}: {[low, high]} vs broker"
@@ -430,23 +436,14 @@ def test_broker_software_tags(
     assert claim_covers(claim, release), f"gateway says {claim}, the broker is {release}"
 
 
-#: Known gateway difference (reported to the lead, not this slice's to fix): the
-#: catalogue (gateway/data/features.toml) lists share.version level 1 only, so the
-#: gateway advertises share.version supported [0, 1] while passing Kafka 4.4's
-#: finalized level 2 through unchanged.
-KNOWN_FINALIZED_ABOVE_SUPPORTED = {"share.version"}
-
-
 def test_finalized_levels_within_supported_ranges(both_versions: tuple[dict, dict]) -> None:
     """No finalized level lies outside the advertised supported range.
 
     Kafka never answers so (a broker cannot run a level it does not support); the
-    direct answer is checked the same way, as the premise. Through the gateway, the
-    known difference above makes the test xfail while it lasts, and only it.
+    direct answer is checked the same way, as the premise. Through the gateway this held
+    for share.version only once the merge capped finalized levels (Kafka 4.4 finalizes
+    share.version 2, the gateways' catalogue lists level 1).
     """
     direct, gateway = both_versions
     assert finalized_out_of_range(direct) == {}, "premise: Kafka's own answer is consistent"
-    problems = finalized_out_of_range(gateway)
-    assert set(problems) <= KNOWN_FINALIZED_ABOVE_SUPPORTED, problems
-    if problems:
-        pytest.xfail(f"known gateway difference: {problems}")
+    assert finalized_out_of_range(gateway) == {}

@@ -194,3 +194,18 @@ def test_a_kafka_feature_left_out_by_a_feature_aware_broker_is_level_0_only() ->
     assert merged.supported == {"test.version": (0, 2)}
     assert merged.finalized == {"test.version": 2}
     assert merged.epoch == 6
+
+
+def test_no_finalized_level_is_reported_above_the_supported_range() -> None:
+    # Kafka 4.4 finalizes share.version 2; the gateways' catalogue lists level 1 only.
+    broker = FeatureReport({"share.version": (0, 2)}, {"share.version": 2}, 7)
+    own = FeatureReport({"share.version": (0, 1)}, {}, -1)
+    assert merge_reports(own, broker, CATALOGUE, gating=False).finalized == {"share.version": 1}
+    gated = merge_reports(
+        FeatureReport({"share.version": (0, 1)}, {"share.version": 1}, 0),
+        broker,
+        CATALOGUE,
+        gating=True,
+    )
+    assert gated.finalized == {"share.version": 1}
+    assert gated.supported["share.version"] == (0, 1)
