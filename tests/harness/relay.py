@@ -2,7 +2,8 @@
 
 For the few responses no real broker produces on demand: a vendor's API key (Tansu, like
 Kafka, closes on keys it does not know), or a Produce answer carrying KIP-951
-NodeEndpoints (a leader change). Every other request goes to the broker. Requests are
+NodeEndpoints (a leader change), an ApiVersions answer advertising less than the broker
+does (``capped_api_versions``). Every other request goes to the broker. Requests are
 relayed one at a time per connection, so responses keep request order.
 """
 
@@ -34,6 +35,34 @@ def _read_exact(sock: socket.socket, size: int) -> bytes | None:
 def _read_frame(sock: socket.socket) -> bytes | None:
     head = _read_exact(sock, 4)
     return None if head is None else _read_exact(sock, _INT32.unpack(head)[0])
+
+
+def capped_api_versions(upstream: tuple[str, int], key: int, max_version: int) -> Answer:
+    """An answer for ApiVersions (key 18): the broker's own answer, with ``key``'s max
+    version lowered to ``max_version``, so a client (a gateway) has a version above the
+    advertised max to be refused whatever the broker."""
+
+    def answer(_correlation_id: int, request: bytes) -> bytes:
+        with socket.create_connection(upstream, timeout=10) as broker:
+            broker.sendall(_INT32.pack(len(request)) + request)
+            frame = _read_frame(broker)
+        if frame is None:
+            raise ConnectionError("the broker closed the connection before answering")
+        response = bytearray(frame)
+        (version,) = struct.unpack_from(">h", request, 2)
+        offset = 4 + 2  # correlation id (response header v0), error code
+        if version >= 3:  # compact array (a one-byte uvarint); each entry ends in 0 tags
+            count, width, offset = response[offset] - 1, 7, offset + 1
+        else:
+            (count,) = _INT32.unpack_from(response, offset)
+            width, offset = 6, offset + 4
+        for entry in range(offset, offset + count * width, width):
+            if struct.unpack_from(">h", response, entry)[0] == key:
+                struct.pack_into(">h", response, entry + 4, max_version)
+                return bytes(response)
+        raise ValueError(f"the broker does not advertise API key {key}")
+
+    return answer
 
 
 class AnsweringRelay:

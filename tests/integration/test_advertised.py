@@ -2,10 +2,10 @@
 advertises. A socat port forward stands in for a load balancer or a NodePort; the
 client knows only the forwarded ports, and every broker address the gateway writes
 (Metadata, FindCoordinator, DescribeCluster, KIP-951 NodeEndpoints) names them.
-Tansu advertises an unreachable host, so nothing works unless those rewrites are right.
-Tansu sends no NodeEndpoints (they come with a leader change), so for those a relay
-in front of it answers one Produce with a NOT_LEADER_OR_FOLLOWER response that
-carries them, as a broker would after a leader moved.
+The session broker (Apache Kafka or Tansu) advertises an unreachable host, so nothing
+works unless those rewrites are right. A single broker sends no NodeEndpoints (they come
+with a leader change), so for those a relay in front of it answers one Produce with a
+NOT_LEADER_OR_FOLLOWER response that carries them, as a broker would after a leader moved.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tests.conftest import require_tool
 from tests.harness import LOOPBACK, KafkaConnection, decode, encode, free_port
 from tests.harness.relay import AnsweringRelay
 from tests.integration.test_clients import ConfluentDriver
+from tests.integration.test_features import wait_for
 from tests.integration.test_sni import describe_cluster, metadata
 from tests.integration.test_tls import PortForward
 from tests.unit.test_addresses import ENDPOINTS, produce_response
@@ -47,10 +48,19 @@ def port_forward(tmp_path):
 
 
 def advertised(port: int) -> dict[str, list[tuple[int, str, int]]]:
-    """Every broker address a client sees through the gateway at LOOPBACK:port."""
+    """Every broker address a client sees through the gateway at LOOPBACK:port.
+
+    FindCoordinator is retried as a real client does: Apache Kafka answers
+    COORDINATOR_NOT_AVAILABLE (node -1) until __consumer_offsets exists, which the first
+    lookup creates."""
     with KafkaConnection(LOOPBACK, port, timeout=10) as conn:
+
+        def coordinator_found():
+            found = conn.request_entity(FindCoordinatorRequest(key="advertised", key_type=i8(0)))
+            return found if found.error_code == 0 else None
+
         meta = metadata(conn)
-        coordinator = conn.request_entity(FindCoordinatorRequest(key="advertised", key_type=i8(0)))
+        coordinator = wait_for(coordinator_found, timeout=60, what="a group coordinator")
         described = describe_cluster(conn)
     return {
         "Metadata": [(b.node_id, b.host, b.port) for b in meta.brokers],
@@ -74,7 +84,7 @@ def test_sidecar_advertises_the_port_forward_in_front_of_it(
     forward = port_forward(f"{LOOPBACK}:{listen}")
     gw = gateway_factory("--advertised-port", str(forward.port), port=listen)
     seen = advertised(forward.port)
-    assert seen == {api: [(111, LOOPBACK, forward.port)] for api in seen}
+    assert seen == {api: [(broker.node_id, LOOPBACK, forward.port)] for api in seen}
     # A real client given only the forwarded port works end to end.
     round_trip(forward.address, unique_topic)
     assert gw.port == listen != forward.port
@@ -86,19 +96,20 @@ def test_cluster_mode_advertises_a_per_broker_override(
     bootstrap, broker_port = free_port(), free_port()
     front = port_forward(f"{LOOPBACK}:{bootstrap}")
     broker_front = port_forward(f"{LOOPBACK}:{broker_port}")
+    node = broker.node_id
     config = tmp_path / "cluster.toml"
     config.write_text(
         'mode = "cluster"\n'
         "[cluster.ports]\n"
-        f"111 = {broker_port}\n"
-        "[cluster.broker_upstreams]\n"  # Tansu advertises an unreachable host
-        f'111 = "{broker.bootstrap}"\n'
+        f"{node} = {broker_port}\n"
+        "[cluster.broker_upstreams]\n"  # the broker advertises an unreachable host
+        f'{node} = "{broker.bootstrap}"\n'
         "[cluster.advertised_brokers]\n"
-        f'111 = "{broker_front.address}"\n'
+        f'{node} = "{broker_front.address}"\n'
     )
     gateway_factory("--config", str(config), port=bootstrap)
     seen = advertised(front.port)
-    assert seen == {api: [(111, LOOPBACK, broker_front.port)] for api in seen}
+    assert seen == {api: [(node, LOOPBACK, broker_front.port)] for api in seen}
     round_trip(front.address, unique_topic)
 
 

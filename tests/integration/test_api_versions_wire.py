@@ -1,14 +1,18 @@
 """ApiVersions negotiation, graceful unsupported versions, KIP-511/885 and KIP-700 on the wire.
 
-Raw sockets through a real gateway in front of a real Tansu broker (which itself answers
-a v99 ApiVersions with a v3 body and error 0, and accepts any client software name:
-the gateway in front of it must behave like Kafka instead).
+Raw sockets through a real gateway in front of the session's real broker (Apache Kafka or
+Tansu; Tansu itself answers a v99 ApiVersions with a v3 body and error 0, and accepts any
+client software name: the gateway in front of it must behave like Kafka instead). What
+depends on the broker (its ranges, its node id, its release fingerprint) is read from the
+broker itself with a direct ApiVersions, which needs no address rewriting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -31,10 +35,26 @@ from gateway.interceptors.describe_cluster import (
     read_software_per_broker,
     strip_software_per_broker,
 )
+from gateway.versions import fingerprint, gateway_supported
+from tests.harness import Broker
 from tests.harness.kafka_wire import ConnectionClosed, KafkaConnection, decode
+from tests.harness.relay import AnsweringRelay, capped_api_versions
 
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+PRODUCE, METADATA, API_VERSIONS_KEY, DESCRIBE_CLUSTER = 0, 3, 18, 60
+
+
+def broker_ranges(broker: Broker) -> dict[int, tuple[int, int]]:
+    """What the broker itself advertises (a direct ApiVersions v3)."""
+    with KafkaConnection(broker.host, broker.port, timeout=10) as conn:
+        answer = conn.api_versions(3)
+    assert answer.error_code == 0
+    return answer.api_keys
+
+
+def intersection(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return max(a[0], b[0]), min(a[1], b[1])
 
 
 def connect(gw) -> KafkaConnection:
@@ -57,7 +77,8 @@ def v3(body: bytes) -> ApiVersionsV3:
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
-def test_api_versions_is_answered_with_negotiated_ranges(gateway, version):
+def test_api_versions_is_answered_with_negotiated_ranges(gateway, broker, version):
+    theirs, ours = broker_ranges(broker), gateway_supported()
     body = api_versions(connect(gateway), version)
     if version >= 3:
         message = v3(body)
@@ -68,10 +89,17 @@ def test_api_versions_is_answered_with_negotiated_ranges(gateway, version):
         message = decode(module.ApiVersionsResponse, body)
     assert message.error_code == 0
     ranges = {k.api_key: (k.min_version, k.max_version) for k in message.api_keys}
-    assert ranges[3][1] == 12  # Tansu's Metadata max, below the gateway's 13
-    assert ranges[18] == (0, 4)
-    assert 68 not in ranges  # Tansu lacks ConsumerGroupHeartbeat
-    assert 60 in ranges
+    # Only keys both sides have (Tansu lacks ConsumerGroupHeartbeat, 68), each within
+    # both ranges; a feature level may withhold more, never offer more.
+    assert set(ranges) <= set(theirs) & set(ours)
+    for key, (low, high) in ranges.items():
+        both = intersection(theirs[key], ours[key])
+        assert both[0] <= low <= high <= both[1], (key, ranges[key], both)
+    # Keys no feature gates are exactly the intersection (Tansu's Metadata max is 12,
+    # below the gateway's 13; Kafka 4.4's is 13).
+    for key in (METADATA, API_VERSIONS_KEY, DESCRIBE_CLUSTER):
+        assert ranges[key] == intersection(theirs[key], ours[key])
+    assert ranges[API_VERSIONS_KEY] == (0, 4)
 
 
 def test_too_new_api_versions_gets_kafkas_v0_error_answer(gateway):
@@ -104,8 +132,29 @@ def test_broker_software_tags_are_readable_by_the_public_helper(gateway_factory)
     assert v3(body).error_code == 0  # a client ignoring the tags still reads the rest
 
 
-def test_metadata_above_advertised_max_gets_error_then_connection_still_works(gateway):
+@pytest.fixture
+def capped_gateway(gateway_factory, broker) -> Iterator:
+    """``capped_gateway(key, max_version)``: a gateway whose upstream advertises ``key`` up
+    to ``max_version`` only: the broker behind a relay that lowers its ApiVersions answer.
+    So a version above the advertised max has a schema to send, whatever the broker
+    (Kafka 4.4 advertises Metadata 13, the gateway's own max)."""
+    with contextlib.ExitStack() as stack:
+
+        def start(key: int, max_version: int):
+            answers = {
+                API_VERSIONS_KEY: capped_api_versions((broker.host, broker.port), key, max_version)
+            }
+            relay = stack.enter_context(AnsweringRelay((broker.host, broker.port), answers))
+            return gateway_factory(upstream=relay.bootstrap)
+
+        yield start
+
+
+def test_metadata_above_advertised_max_gets_error_then_connection_still_works(capped_gateway):
+    gateway = capped_gateway(METADATA, 12)
     conn = connect(gateway)
+    advertised = {k.api_key: k.max_version for k in v3(api_versions(conn, 3)).api_keys}
+    assert advertised[METADATA] == 12
     response = conn.request(
         3,
         13,
@@ -133,11 +182,13 @@ def test_version_beyond_every_schema_closes_like_kafka(gateway):
     assert v3(api_versions(connect(gateway), 3)).error_code == 0
 
 
-def test_produce_above_advertised_max_gets_per_partition_errors_in_requested_schema(gateway):
+def test_produce_above_advertised_max_gets_per_partition_errors_in_requested_schema(
+    capped_gateway,
+):
+    gateway = capped_gateway(PRODUCE, 11)
     conn = connect(gateway)
     advertised = {k.api_key: k.max_version for k in v3(api_versions(conn, 3)).api_keys}
-    if advertised[0] != 11:
-        pytest.skip(f"written for an upstream whose Produce max is 11, got {advertised[0]}")
+    assert advertised[PRODUCE] == 11
     request = ProduceV12(
         transactional_id=None,
         acks=i16(-1),
@@ -164,7 +215,7 @@ def test_unknown_api_key_closes_that_connection_only(gateway):
 
 
 @pytest.mark.parametrize("synthesize", [False, True], ids=["passthrough", "synthesized"])
-def test_describe_cluster_lists_gateway_addresses(gateway_factory, synthesize):
+def test_describe_cluster_lists_gateway_addresses(gateway_factory, broker, synthesize):
     args = (
         ("--config", _config(gateway_factory, synthesize_describe_cluster=True))
         if synthesize
@@ -185,8 +236,10 @@ def test_describe_cluster_lists_gateway_addresses(gateway_factory, synthesize):
     assert [(b.host, b.port) for b in message.brokers] == [("127.0.0.1", gw.port)]
     assert message.cluster_id
     assert read_broker_software(response.body, api_key=60, version=1) is not None
-    # KIP-885 per broker: the one broker behind this sidecar, by its node id.
-    assert read_software_per_broker(1, response.body) == {111: ("unknown", "unknown")}
+    # KIP-885 per broker: the one broker behind this sidecar, by its node id, as the
+    # gateway fingerprints it from its ranges (Tansu: unknown; Kafka 4.4: >=4.2).
+    software = tuple(fingerprint(broker_ranges(broker)))
+    assert read_software_per_broker(1, response.body) == {broker.node_id: software}
     if synthesize:
         assert "dropped" not in gw.log_text()
     # And a real admin client through the same gateway.
