@@ -7,11 +7,10 @@ haproxy (``mode tcp``) in front of it, and then, for every rate and path, produc
 records at that fixed rate with Kafka's own ``ProducerPerformance`` (acks=all) while a
 librdkafka consumer reads the same topic alongside through the same path.
 
-Per path and rate it reports the publish latency (avg, p99: send to ack, as the producer
-tool measures it), the end-to-end latency (the record's CreateTime to the consumer's
-receipt), records/s sent and consumed, the deltas and ratios against direct measured in
-the same run, and the proxy's CPU (utime + stime of its process tree from /proc) per MB
-produced, gateway beside haproxy.
+Per path and rate: publish latency (send to ack, as the producer tool measures it) and
+end-to-end latency (CreateTime to the consumer's receipt), avg/p50/p99; records/s sent and
+consumed; deltas and ratios against direct in the same run; the proxy's CPU (utime + stime
+of its process tree from /proc) per MB produced, gateway beside haproxy.
 
 The broker has one client listener per way in, because a broker advertises one address
 per listener: ``PLAINTEXT`` advertises itself (the direct path, and the gateway's
@@ -234,8 +233,7 @@ def start_proxies(
             elif path == "haproxy":
                 exe = haproxy_exe()
                 if exe is None:
-                    notes[path] = "haproxy is not installed (apt-get install haproxy)"
-                    continue
+                    raise BenchError("haproxy is not installed (apt-get install haproxy)")
                 port, upstream = haproxy
                 cfg = stack.workdir / "haproxy.cfg"
                 cfg.write_text(haproxy_config(port, upstream, nbthread=args.haproxy_threads))
@@ -337,8 +335,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (  # key, label, format
     ("rps", "sent rec/s", "{:.0f}"),
     ("consumed_rps", "consumed rec/s", "{:.0f}"),
     ("pub_avg_ms", "publish avg ms", "{:.2f}"),
+    ("pub_p50_ms", "publish p50 ms", "{:.0f}"),
     ("pub_p99_ms", "publish p99 ms", "{:.0f}"),
     ("e2e_avg_ms", "e2e avg ms", "{:.2f}"),
+    ("e2e_p50_ms", "e2e p50 ms", "{:.1f}"),
     ("e2e_p99_ms", "e2e p99 ms", "{:.1f}"),
     ("proxy_cpu_pct", "proxy CPU %", "{:.1f}"),
     ("proxy_cpu_ms_per_mib", "proxy CPU ms/MB", "{:.2f}"),
@@ -346,8 +346,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (  # key, label, format
     ("client_cpu_pct", "clients CPU %", "{:.1f}"),
     ("other_cpu_pct", "other CPU %", "{:.1f}"),
 )
-DELTAS = {"pub_avg_ms": "+publish avg ms", "pub_p99_ms": "+publish p99 ms",
-          "e2e_avg_ms": "+e2e avg ms", "e2e_p99_ms": "+e2e p99 ms"}  # fmt: skip
+DELTAS = {f"{k}_{q}_ms": f"+{label} {q} ms" for k, label in (("pub", "publish"), ("e2e", "e2e"))
+          for q in ("avg", "p50", "p99")}  # fmt: skip
 
 
 def median_of(rounds: list[dict[str, Any]]) -> dict[str, float]:
@@ -392,7 +392,7 @@ def report(
                 continue
             row = [path]
             for key in ("rps", "consumed_rps"):
-                row.append(f"{m[key] / direct[key]:.3f}" if direct.get(key) else "-")
+                row.append(f"{m[key] / direct[key]:.3f}" if direct.get(key) and key in m else "-")
             row += [f"{m[k] - direct[k]:+.2f}" if k in m and k in direct else "-" for k in DELTAS]
             rows.append(row)
         print(_table(header, rows))
