@@ -40,6 +40,8 @@ class FeatureView(Protocol):
     @property
     def supported(self) -> Mapping[str, tuple[int, int]] | None: ...
 
+    def caps_for(self, upstream: FeatureReport) -> dict[int, int]: ...
+
     async def apply_updates(
         self,
         updates: Sequence[FeatureUpdate],

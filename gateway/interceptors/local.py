@@ -298,7 +298,7 @@ def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
 def gated_by(ctx: Exchange, api_key: int, version: int) -> tuple[str, int] | None:
     """(feature, level) when only an unfinalized feature level withholds this version."""
     features = ctx.gateway.features
-    cap = features.caps.get(api_key)
+    cap = features.caps_for(ctx.upstream_features).get(api_key)
     if cap is None or version <= cap:
         return None
     own = ctx.gateway.own_range(api_key)

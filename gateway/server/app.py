@@ -344,6 +344,10 @@ class Gateway:
         passthrough = dict(ranges)
         for api_key in dispatch.answered_here(self, upstream):
             passthrough.pop(api_key, None)
+        caps = self.features.caps_for(upstream_features)
+        for api_key, (low, high) in ranges.items():
+            if caps.get(api_key, high) < low:
+                passthrough.pop(api_key, None)  # advertised, refused until finalized
         if len(self._negotiated) >= NEGOTIATED_KEPT:
             self._negotiated.clear()
         lane = PlainTable(
@@ -393,6 +397,14 @@ class Gateway:
         self.features.set_available(str(address), available, upstream_features)
         caps = self.features.caps_for(upstream_features)
         ranges = negotiate(self._own_ranges, upstream, caps)
+        for key, whole in available.items():
+            # An API a level gates whole (ConsumerGroupHeartbeat, the share-group APIs)
+            # stays advertised and is answered UNSUPPORTED_VERSION until the level is
+            # finalized, as Kafka 4.x does: clients then report "the cluster does not
+            # support" at once (librdkafka's KIP-848 consumer only retried in silence
+            # when the key was missing). Versions a level gates stay withheld.
+            if key not in ranges and caps.get(key, whole[1]) < whole[0]:
+                ranges[key] = whole
         for key in dispatch.served_for_upstream(self, upstream):
             # The gateway answers these itself (UpdateFeatures: the finalized levels live
             # in the gateways' ZooKeeper), so the upstream does not limit them; the

@@ -123,6 +123,17 @@ def finalize(zookeeper: ZooKeeperProcess, feature: str) -> None:
     assert done.returncode == 0, f"featurectl exited {done.returncode}\n{done.stdout}{done.stderr}"
 
 
+def wait_finalized(gw: GatewayProcess, feature: str) -> None:
+    """Until ``gw`` reports ``feature`` ("name=level") finalized (its ZooKeeper watch fired)."""
+    name, level = feature.split("=")
+
+    def finalized() -> bool:
+        levels = api_versions(gw.host, gw.port)[0].finalized
+        return levels.get(name, (0, 0))[1] >= int(level)
+
+    wait_for(finalized, what=f"{gw.name} serving {feature}")
+
+
 def wait_advertised(gw: GatewayProcess, api_key: int, version: int = 0) -> None:
     """Until ``gw`` offers ``api_key`` up to at least ``version`` (its ZooKeeper watch fired)."""
 
@@ -190,10 +201,15 @@ def test_admin_client_sees_the_gateway_as_the_cluster(
     assert run.one("topics")["has_topic"]
     assert run.one("topic")["leaders"] == {str(p): node for p in range(PARTITIONS)}
     # Without gating the client sees the broker's finalized features as the broker
-    # itself states them on its own port.
+    # itself states them on its own port, never above what the gateway supports (Kafka
+    # 4.4 finalizes share.version 2; the built-in catalogue lists level 1).
     broker, _ = api_versions(apache_kafka.host, apache_kafka.port)
     features = run.one("features")
-    assert {k: tuple(v) for k, v in features["finalized"].items()} == broker.finalized
+    supported = {k: tuple(v) for k, v in features["supported"].items()}
+    assert {k: tuple(v) for k, v in features["finalized"].items()} == {
+        name: (min(low, supported[name][1]), min(high, supported[name][1]))
+        for name, (low, high) in broker.finalized.items()
+    }
     assert tuple(features["supported"]["metadata.version"]) == broker.supported["metadata.version"]
 
 
@@ -354,11 +370,12 @@ def test_java_group_member_is_refused_until_its_feature_is_finalized(
     refusal: str,
     apis: set[str],
 ) -> None:
-    """The gateway withholds the group's heartbeat API until the operator finalizes the
-    feature: the Java client fails cleanly with UnsupportedVersionException, the gateway
-    stays healthy, and after ``featurectl finalize`` a new member consumes everything."""
+    """The gateway refuses the group's heartbeat API until the operator finalizes the
+    feature (advertised, answered UNSUPPORTED_VERSION, as Kafka does): the Java client
+    fails cleanly with UnsupportedVersionException, the gateway stays healthy, and after
+    ``featurectl finalize`` a new member consumes everything."""
     produce(probe, gated, unique_topic, "gated")
-    assert api_key not in api_versions(gated.host, gated.port)[1]
+    assert api_key in api_versions(gated.host, gated.port)[1]
 
     def member(group: str, **extra: str | int) -> ProbeRun:
         return probe.run(
@@ -374,7 +391,7 @@ def test_java_group_member_is_refused_until_its_feature_is_finalized(
     assert_healthy(gated)
 
     finalize(zookeeper, feature)
-    wait_advertised(gated, api_key)
+    wait_finalized(gated, feature)
     served = member(f"g-{unique_topic}")
     assert not served.errors, served.describe()
     assert sorted(r["value"] for r in served.of("record")) == expected("gated")
@@ -443,31 +460,25 @@ def test_kip848_librdkafka_consumer_is_refused_until_group_version_is_finalized(
 
     got, errors, log = librdkafka_group(gated, unique_topic, REFUSAL_TIMEOUT_MS / 1000)
     assert got == []
-    # Told (a fatal error, as Kafka gives) or, as through the gateway today, only logged.
-    told = any("ConsumerGroupHeartbeat" in error for error in errors)
-    assert told or any(LIBRDKAFKA_REFUSAL in line for line in log), (errors, log[-20:])
+    # Told: a fatal error, as Kafka gives (test_kip848_librdkafka_consumer_is_told_...).
+    assert any("ConsumerGroupHeartbeat" in error for error in errors), (errors, log[-20:])
     assert_healthy(gated)
 
     finalize(zookeeper, "group.version=1")
-    wait_advertised(gated, CONSUMER_GROUP_HEARTBEAT)
+    wait_finalized(gated, "group.version=1")
     got, errors, _ = librdkafka_group(gated, unique_topic, 20.0)
     assert not errors and sorted(got) == sorted(values), errors
     assert "ConsumerGroupHeartbeat" in gateway_requests(gated)
     assert_healthy(gated)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 30: Kafka 4.4 with group.version disabled still advertises "
-        "ConsumerGroupHeartbeat and answers it UNSUPPORTED_VERSION, which librdkafka 2.16 "
-        "reports at once as a fatal error; the gated gateway withholds the API, so "
-        "librdkafka only logs (debug) and waits, and the application is never told"
-    ),
-)
 def test_kip848_librdkafka_consumer_is_told_it_is_refused(
     gated: GatewayProcess, unique_topic: str
 ) -> None:
+    """As Kafka 4.4 with group.version disabled does, the gateway advertises
+    ConsumerGroupHeartbeat and answers it UNSUPPORTED_VERSION, which librdkafka reports
+    to the application at once as a fatal error (when the API was withheld instead,
+    librdkafka only logged at debug level and waited)."""
     ConfluentDriver().create_topic(gated.bootstrap, unique_topic)
     _, errors, log = librdkafka_group(gated, unique_topic, REFUSAL_TIMEOUT_MS / 1000)
     assert any("ConsumerGroupHeartbeat" in error for error in errors), log[-5:]

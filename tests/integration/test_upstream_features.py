@@ -13,11 +13,14 @@ from __future__ import annotations
 import datetime
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+from kio.static.primitive import i32, i32Timedelta
 
 from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
@@ -27,6 +30,7 @@ from tests.harness.kafka_wire import Features, parse_features
 from tests.integration.conftest import CHROOT
 
 CONSUMER_GROUP_HEARTBEAT = 68
+UNSUPPORTED_VERSION = 35
 UPDATE_FEATURES = 57
 INVALID_REQUEST = 42
 
@@ -36,6 +40,20 @@ def features(host: str, port: int) -> tuple[Features, dict[int, tuple[int, int]]
         answer = conn.api_versions(4)
     assert answer.error_code == 0
     return parse_features(answer), answer.api_keys
+
+
+def heartbeat_error(gateway: GatewayProcess) -> int:
+    """The error code of a KIP-848 heartbeat (joining a new group) through ``gateway``."""
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=f"g-{uuid.uuid4().hex[:8]}",
+        member_id=uuid.uuid4().hex[:22],
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=("t",),
+        topic_partitions=(),
+    )
+    with KafkaConnection(gateway.host, gateway.port) as conn:
+        return int(conn.request_entity(request).error_code)
 
 
 def gated_gateway(
@@ -62,7 +80,13 @@ def test_without_gating_a_client_sees_the_brokers_features_as_the_broker_reports
     through, _ = features(gateway.host, gateway.port)
     later, _ = features(apache_kafka.host, apache_kafka.port)
     assert "metadata.version" in direct.finalized, direct
-    assert through.finalized == direct.finalized
+    # As the broker finalized them, never above what the gateway supports (Kafka 4.4
+    # finalizes share.version 2; the built-in catalogue lists level 1).
+    assert through.finalized == {
+        name: (min(low, through.supported[name][1]), min(high, through.supported[name][1]))
+        for name, (low, high) in direct.finalized.items()
+    }
+    assert through.finalized["metadata.version"] == direct.finalized["metadata.version"]
     # KRaft's epoch is the metadata log's offset: other tests' topics move it meanwhile.
     assert direct.epoch <= through.epoch <= later.epoch
     # Broker-only features keep the broker's range; the catalogue's are within both.
@@ -87,16 +111,19 @@ def test_a_gated_feature_is_finalized_at_the_lower_level_and_its_versions_follow
 
     before, keys = features(gateway.host, gateway.port)
     # The broker finalized group.version 1, the gateways nothing: clients get 0, and the
-    # KIP-848 heartbeat is withheld rather than offered and then refused.
+    # KIP-848 heartbeat stays advertised but is refused, as Kafka refuses it with
+    # group.version 0 (clients then say "the cluster does not support" at once).
     assert "group.version" not in before.finalized
-    assert CONSUMER_GROUP_HEARTBEAT not in keys
+    assert keys[CONSUMER_GROUP_HEARTBEAT] == direct_keys[CONSUMER_GROUP_HEARTBEAT]
+    assert heartbeat_error(gateway) == UNSUPPORTED_VERSION
     assert before.finalized["metadata.version"] == direct.finalized["metadata.version"]
 
     current = store.read()
     store.write({**current.levels, "group.version": 1}, current.epoch)
     after, keys = wait_for_features(gateway, lambda f: "group.version" in f.finalized)
     assert after.finalized["group.version"] == (1, 1)
-    assert CONSUMER_GROUP_HEARTBEAT in keys
+    assert keys[CONSUMER_GROUP_HEARTBEAT] == direct_keys[CONSUMER_GROUP_HEARTBEAT]
+    assert heartbeat_error(gateway) != UNSUPPORTED_VERSION  # forwarded: Kafka answers it
     assert after.epoch > before.epoch
 
 
