@@ -983,6 +983,11 @@ def _feature_dependencies(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             code = EXIT_REJECTED
             continue
+        if level > table.max_level(name):
+            # kafka-features.sh's words and exit code for a level its release lacks.
+            print(f"No feature:{name} with feature level {level}", file=sys.stderr)
+            code = EXIT_REJECTED
+            continue
         needs = table.needs(name, level)
         if not needs:
             print(f"{name}={level} has no dependencies.")

@@ -39,6 +39,11 @@ class ReleaseTable:
         everything = {name for levels in self.releases.values() for name in levels}
         return {name: 0 for name in everything} | self.releases[minor]
 
+    def max_level(self, feature: str) -> int:
+        """The highest level of ``feature`` this table knows (a release's or a dependency's)."""
+        shipped = [levels.get(feature, 0) for levels in self.releases.values()]
+        return max([*shipped, *self.dependencies.get(feature, {})])
+
     def needs(self, feature: str, level: int) -> dict[str, int]:
         return dict(self.dependencies.get(feature, {}).get(level, {}))
 
@@ -73,7 +78,13 @@ def release_updates(
     notes: list[str] = []
     for feature, level in sorted(release_levels.items()):
         now = current.get(feature, 0)
-        if feature not in known:
+        if feature == METADATA_VERSION:
+            # The brokers own it (KRaft); a gateway refuses to change it.
+            notes.append(
+                f"{feature}={level} skipped: the brokers own it "
+                "(kafka-features.sh --bootstrap-server BROKER)"
+            )
+        elif feature not in known:
             if level > 0:
                 notes.append(f"{feature}={level} skipped: no live gateway supports {feature}")
         elif level == now:

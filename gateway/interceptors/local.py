@@ -9,8 +9,9 @@ feature gate; the bytes are built by the sans-I/O module of its API.
   learns the client's software (KIP-511).
 * UpdateFeatures: with feature gating on, finalized levels live in the gateways'
   ZooKeeper, so the gateway authorizes the change and writes it there.
-  A feature the upstream broker finalizes itself (metadata.version) is refused with
-  a message that names where to change it: the gateways hold no level of it.
+  A feature the upstream broker finalizes itself (metadata.version), or an upgrade
+  above the broker's own level, is refused with a message that says what to change
+  where (``cluster_refusal``).
 * DescribeCluster (KIP-700 for any backend): built from a Metadata request sent
   upstream on the gateway's own behalf, with KIP-885 software tags per broker.
 * Anything else held back: UNSUPPORTED_VERSION in the request's own schema, or a close
@@ -19,8 +20,15 @@ feature gate; the bytes are built by the sans-I/O module of its API.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..features.catalogue import required_level
-from ..features.validation import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UpdateResult
+from ..features.validation import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    INVALID_REQUEST,
+    FeatureUpdate,
+    UpdateResult,
+)
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..principal import ANONYMOUS
 from ..protocol import DESCRIBE_CLUSTER, METADATA, RequestFrame, api_spec, response_body_offset
@@ -127,14 +135,9 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         )
         ctx.answer(entry, payload)
         return
-    owned = broker_owned(ctx, [u.feature for u in parsed.updates])
-    if owned:
-        message = (
-            f"{', '.join(owned)} {'is' if len(owned) == 1 else 'are'} finalized by the Kafka "
-            "cluster behind kafka-gateway, not by the gateways: change it on the brokers "
-            "(kafka-features.sh --bootstrap-server BROKER); nothing was changed"
-        )
-        limited.info("request.update_features_broker_owned", features=owned, **ctx.who())
+    message = cluster_refusal(ctx, parsed.updates)
+    if message is not None:
+        limited.info("request.update_features_cluster_refused", why=message, **ctx.who())
         results = [UpdateResult(u.feature, INVALID_REQUEST, message) for u in parsed.updates]
         payload = update_features_response(
             header, results, error_code=INVALID_REQUEST, error_message=message
@@ -163,15 +166,52 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
     ctx.spawn(run())
 
 
-def broker_owned(ctx: Exchange, features: list[str]) -> list[str]:
-    """The features the upstream broker finalizes itself and the catalogue does not gate
-    (metadata.version, kraft.version ...): the gateways have no level of theirs to change.
+def cluster_refusal(ctx: Exchange, updates: Sequence[FeatureUpdate]) -> str | None:
+    """Why the Kafka cluster behind the gateway rules these updates out, or None.
+
+    * A feature the broker finalizes itself and the catalogue does not gate
+      (metadata.version): the gateways have no level of it to change.
+    * An upgrade the gateways could serve above the level the broker finalized: clients
+      get the lower of the two levels, so the tool would report "upgraded to N" while
+      describe shows less; the brokers go first. (A level the gateways cannot serve gets
+      the usual validation's refusal, which names the gateways.)
 
     A request naming one is refused whole rather than split: a tool that asked for two
     changes at once would otherwise see one of them done behind its refusal."""
     catalogue = ctx.gateway.features.catalogue
-    upstream = ctx.upstream_features.supported
-    return sorted({f for f in features if f not in catalogue and f in upstream})
+    upstream = ctx.upstream_features
+    owned = sorted(
+        {
+            u.feature
+            for u in updates
+            if u.feature not in catalogue and u.feature in upstream.supported
+        }
+    )
+    if owned:
+        return (
+            f"{', '.join(owned)} {'is' if len(owned) == 1 else 'are'} finalized by the Kafka "
+            "cluster behind kafka-gateway, not by the gateways: change it on the brokers "
+            "(kafka-features.sh --bootstrap-server BROKER); nothing was changed"
+        )
+    supported = ctx.gateway.features.supported or {}
+    ahead = [
+        u
+        for u in updates
+        if u.level >= 1
+        and not u.allows_downgrade
+        and upstream.knows(u.feature)
+        and upstream.finalized.get(u.feature, 0) < u.level <= supported.get(u.feature, (0, 0))[1]
+    ]
+    if ahead:
+        wanted = " ".join(f"--feature {u.feature}={u.level}" for u in ahead)
+        have = ", ".join(f"{u.feature} {upstream.finalized.get(u.feature, 0)}" for u in ahead)
+        return (
+            f"the Kafka cluster behind kafka-gateway has finalized {have}: clients get the "
+            "lower of its level and the gateways', so upgrade the brokers first "
+            f"(kafka-features.sh --bootstrap-server BROKER upgrade {wanted}), then the "
+            "gateways; nothing was changed"
+        )
+    return None
 
 
 def update_features_refusal(ctx: Exchange) -> str | None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 import subprocess
 
-import pytest
-
 from tests.integration.test_featurectl import featurectl
 from tests.integration.test_kafka_features_tool import ELR, TV, kafka_features, version_mapping
 
@@ -29,11 +27,6 @@ def test_version_mapping_levels_agree_for_every_release_featurectl_knows() -> No
         assert tool == version_mapping(featurectl(*args)), release
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="featurectl/data/kafka_feature_levels.json ends at 4.3; Kafka 4.4 ships "
-    "metadata.version 33 (4.4-IV2) and share.version 2",
-)
 def test_version_mapping_without_a_release_is_the_newest_release() -> None:
     tool = version_mapping(kafka_features(NO_BROKER, "version-mapping"))
     assert version_mapping(featurectl("version-mapping")) == tool
@@ -69,7 +62,6 @@ def test_feature_dependencies_agree() -> None:
     assert tool[f"{ELR}=1"] == {"metadata.version=23"}
 
 
-@pytest.mark.xfail(strict=True, reason="featurectl feature-dependencies accepts an undefined level")
 def test_feature_dependencies_of_an_undefined_level_is_an_error_in_both() -> None:
     args = ("feature-dependencies", "--feature", "group.version=7")
     tool, ctl = kafka_features(NO_BROKER, *args), featurectl(*args)

@@ -357,17 +357,13 @@ def test_downgrade_and_disable_agree_with_featurectl_given_allow_downgrade(
     assert a.read() == Finalized({TV: 1}, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gateway finalizes in ZooKeeper a level above the broker's own (kraft.version "
-    "1 over a static-quorum KRaft at 0); describe then shows the lower one, 0, and a repeat "
-    "is refused as 'the same value'",
-)
-def test_a_level_the_tool_reports_upgraded_is_what_describe_shows(
+def test_an_upgrade_above_the_brokers_level_is_refused_so_describe_never_lags_the_tool(
     side: Callable[..., Side], upstream: ApacheKafkaBroker
 ) -> None:
     """What a kafka-features.sh user relies on: after "X was upgraded to N.", describe says
-    N. Tried with a feature the gateway supports above the level Kafka has finalized."""
+    N. Clients get the lower of the gateways' and the broker's level, so an upgrade the
+    gateways could serve above the level Kafka has finalized is refused, naming the
+    brokers as the place to go first, and nothing is written."""
     direct = described(kafka_features(direct_bootstrap(upstream), "describe"))
     a = side("gw-a")
     through = described(a.tool("describe"))
@@ -376,8 +372,14 @@ def test_a_level_the_tool_reports_upgraded_is_what_describe_shows(
         pytest.skip("Kafka has finalized every feature at the gateway's highest level")
     feature, level = above[0], int(through[above[0]][1])
     done = tool_verdict(a.tool("upgrade", "--feature", f"{feature}={level}"))
-    assert done == Verdict(True, frozenset({(feature, level)}), frozenset())
-    assert described(a.tool("describe"))[feature][2] == str(level)
+    assert not done.ok and not done.levels
+    [message] = done.messages
+    assert "upgrade the brokers first" in message
+    assert f"kafka-features.sh --bootstrap-server BROKER upgrade --feature {feature}={level}" in (
+        message
+    )
+    assert a.read() == Finalized({}, -1)
+    assert described(a.tool("describe"))[feature][:3] == through[feature][:3]  # epoch moves
 
 
 def test_upgrade_to_level_zero_is_refused_by_both_before_or_by_the_gateway(
@@ -395,13 +397,16 @@ def test_upgrade_to_level_zero_is_refused_by_both_before_or_by_the_gateway(
 
 
 def test_release_version_is_all_or_nothing_in_kafka_features_sh_and_skips_in_featurectl(
-    side: Callable[..., Side],
+    side: Callable[..., Side], upstream: ApacheKafkaBroker
 ) -> None:
     """``upgrade|downgrade --release-version`` sends every feature of that release,
     metadata.version included, which no gateway lets a client update: the tool fails and
     nothing is written.
     featurectl skips what the gateways do not serve (a note on stderr) and sets the rest to
-    the levels the tool's own version-mapping gives."""
+    the levels the tool's own version-mapping gives, unless the brokers have a feature
+    below the release's level (kraft.version 0 on a static quorum): then the gateway
+    refuses the whole update, names the brokers as the place to go first, and nothing is
+    written."""
     a, b = side("gw-a"), side("gw-b")
     tool = a.tool("upgrade", "--release-version", "4.0")
     assert tool.returncode == 1
@@ -413,20 +418,22 @@ def test_release_version_is_all_or_nothing_in_kafka_features_sh_and_skips_in_fea
     assert a.read() == Finalized({}, -1)
 
     ctl = b.featurectl("upgrade", "--release-version", "4.0")
-    assert ctl.returncode == 0, ctl
     assert any(line.startswith("note: metadata.version") for line in ctl.stderr.splitlines())
     mapping = version_mapping(kafka_features(b.bootstrap, "version-mapping", "--release-version",
                                              "4.0"))  # fmt: skip
     expected = {f: level for f, level in mapping.items() if level and f != METADATA}
-    assert b.read() == Finalized(expected, 0)
+    broker = described(kafka_features(direct_bootstrap(upstream), "describe"))
+    behind = {f for f, level in expected.items() if int(broker[f][2]) < level}
+    if behind:
+        assert ctl.returncode == 1, ctl
+        assert "upgrade the brokers first" in ctl.stderr
+        assert all(f in ctl.stderr for f in behind), (behind, ctl.stderr)
+        assert b.read() == Finalized({}, -1)
+    else:
+        assert ctl.returncode == 0, ctl
+        assert b.read() == Finalized(expected, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="since the upstream merge featurectl counts the broker's metadata.version as a "
-    "feature the gateways serve (cli._servable takes every finalized name), sends it, and "
-    "the gateway refuses the whole update",
-)
 def test_featurectl_downgrade_to_a_release_skips_metadata_version(
     side: Callable[..., Side],
 ) -> None:
