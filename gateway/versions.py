@@ -8,7 +8,7 @@ transaction.version 2). ``negotiate`` computes that intersection.
 
 ``fingerprint`` guesses which Apache Kafka release an upstream is from the max versions
 it advertises, in the spirit of franz-go's ``pkg/kversion``. The per-release tables live
-in ``data/kafka_releases.json`` (transcribed from franz-go, Kafka 0.10.0 to 4.2), so a
+in ``data/kafka_releases.json`` (transcribed from franz-go, Kafka 0.10.0 to 4.4), so a
 new release is a data change, not a code change. Vocabulary of the result
 (``BrokerSoftware.version``):
 
@@ -18,7 +18,7 @@ new release is a data change, not a code change. Vocabulary of the result
     A release from 3.3 up to 3.4: either those releases advertise identical versions
     (3.3 and 3.4 only differ in inter-broker APIs), or the broker is newer than 3.3 and
     older than 3.4 in every key (a pre-release or a patched build).
-``">=4.2"``
+``">=4.4"``
     Every key is at least that of the newest release in the table (a newer Kafka).
 ``"unknown"`` (with name ``"unknown"``)
     Looks like no Apache Kafka release: it lacks APIs every release since some point

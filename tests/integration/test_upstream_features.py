@@ -23,15 +23,18 @@ from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeatur
 from kio.static.primitive import i32, i32Timedelta
 
 from gateway.features.store import FeatureStore
+from gateway.interceptors.api_versions import read_broker_software
+from gateway.versions import APACHE_KAFKA, fingerprint
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
-from tests.harness.kafka_wire import Features, parse_features
+from tests.harness.kafka_wire import Features, _compact_string, parse_features
 from tests.integration.conftest import CHROOT
 
 CONSUMER_GROUP_HEARTBEAT = 68
 UNSUPPORTED_VERSION = 35
 UPDATE_FEATURES = 57
+API_VERSIONS = 18
 INVALID_REQUEST = 42
 
 
@@ -171,3 +174,18 @@ def wait_for_features(
 @pytest.fixture(autouse=True)
 def _no_leftover_levels(store: FeatureStore) -> None:
     assert store.read().levels == {}, "each test starts from a ZooKeeper of its own"
+
+
+def test_a_real_kafka_4_4_is_fingerprinted_as_exactly_its_release(
+    gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker
+) -> None:
+    """The release table's 4.4 row (from franz-go's kversion) is what a 4.4 broker
+    advertises, so the gateway's KIP-885 tags name the release, not a range."""
+    _, direct_keys = features(apache_kafka.host, apache_kafka.port)
+    release = ".".join(apache_kafka.version.split(".")[:2])
+    assert fingerprint(direct_keys) == (APACHE_KAFKA, release)
+    gateway = gateway_factory(upstream=apache_kafka.bootstrap)
+    body = _compact_string("kafka-gateway-tests") + _compact_string("1") + b"\x00"
+    with KafkaConnection(gateway.host, gateway.port) as conn:
+        answer = conn.request(API_VERSIONS, 3, body)
+    assert read_broker_software(answer.body) == (APACHE_KAFKA, release)
