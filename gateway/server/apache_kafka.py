@@ -66,7 +66,9 @@ def jars_dir(version: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (made if missing): one builder of a cache entry
+    at a time, across processes (pytest workers, two shells)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -81,32 +83,36 @@ def fetch(version: str = KRAFT_VERSION) -> Path:
     target = jars_dir(version)
     if (target / _STAMP).exists():
         return target
-    with _locked(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if (target / _STAMP).exists():
             return target
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise KafkaDistError(
-                "Apache Kafka's jars come from Maven Central and `mvn` is not on PATH; "
-                "install Maven (apt-get install maven) and try again"
-            )
         shutil.rmtree(target, ignore_errors=True)
         pom = resources.files("gateway") / "data" / "apache-kafka-pom.xml"
         with resources.as_file(pom) as pom_path:
-            argv = [
-                mvn, "-q", "-B", "-f", str(pom_path), f"-Dkafka.version={version}",
+            maven(
+                f"fetch Apache Kafka {version}",
+                "-f", str(pom_path), f"-Dkafka.version={version}",
                 "dependency:copy-dependencies", f"-DoutputDirectory={target}",
-            ]  # fmt: skip
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
-            raise KafkaDistError(
-                f"Maven could not fetch Apache Kafka {version} (exit {done.returncode}); "
-                "is Maven Central reachable from here (a proxy in ~/.m2/settings.xml)?\n"
-                + "\n".join(tail)
-            )
+            )  # fmt: skip
         (target / _STAMP).write_text(version + "\n")
     return target
+
+
+def maven(what: str, *args: str) -> None:
+    """Run ``mvn -q -B args``; KafkaDistError saying what could not be done and why."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaDistError(
+            f"to {what}, Maven fetches from Maven Central and `mvn` is not on PATH; "
+            "install Maven (apt-get install maven) and try again"
+        )
+    done = subprocess.run([mvn, "-q", "-B", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-20:]
+        raise KafkaDistError(
+            f"Maven could not {what} (exit {done.returncode}); is Maven Central reachable "
+            "from here (a proxy in ~/.m2/settings.xml)?\n" + "\n".join(tail)
+        )
 
 
 def classpath(version: str = KRAFT_VERSION) -> str:

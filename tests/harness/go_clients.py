@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gateway.server.apache_kafka import _locked, cache_root
+from gateway.server.apache_kafka import cache_root, file_lock
 
 from .procs import HarnessError
 from .tools import MISSING_TOOL
@@ -109,7 +109,7 @@ def build() -> Path:
         raise GoMissing(f"{MISSING_TOOL}go (https://go.dev/dl/); franz-go tests need it")
     target = cache_root() / "go-clients" / _build_key(go)
     binary = target / BINARY_NAME
-    with _locked(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if binary.exists():
             return binary
         target.mkdir(parents=True, exist_ok=True)

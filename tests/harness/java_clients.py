@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.server.apache_kafka import _locked, cache_root
+from gateway.server.apache_kafka import KafkaDistError, cache_root, file_lock, maven
 
 from .procs import HarnessError
 
@@ -153,28 +153,24 @@ class JavaProbe:
 
 def build() -> JavaProbe:
     """The probe built from the repository's sources (Maven, on first use per hash)."""
-    mvn, java = _tool("mvn"), _tool("java")
+    _tool("mvn")  # each raises JavaToolMissing (a skip) where absent
     _tool("javac")
+    java = _tool("java")
     target = cache_root() / f"java-client-probe-{sources_hash()}"
     classpath = f"{target / 'build' / 'classes'}:{target / 'lib'}/*"
     if (target / _STAMP).exists():
         return JavaProbe(classpath, java)
-    with _locked(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if not (target / _STAMP).exists():
             shutil.rmtree(target, ignore_errors=True)
-            argv = [
-                mvn, "-q", "-B", "-f", str(PROBE_DIR / "pom.xml"),
-                f"-Dprobe.build.dir={target / 'build'}",
-                "compile", "dependency:copy-dependencies",
-                "-DincludeScope=runtime", f"-DoutputDirectory={target / 'lib'}",
-            ]  # fmt: skip
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                tail = (done.stdout + done.stderr).strip().splitlines()[-20:]
-                raise HarnessError(
-                    f"Maven could not build the Java client probe (exit {done.returncode}); "
-                    "is Maven Central reachable (a proxy in ~/.m2/settings.xml)?\n"
-                    + "\n".join(tail)
-                )
+            try:
+                maven(
+                    "build the Java client probe",
+                    "-f", str(PROBE_DIR / "pom.xml"), f"-Dprobe.build.dir={target / 'build'}",
+                    "compile", "dependency:copy-dependencies",
+                    "-DincludeScope=runtime", f"-DoutputDirectory={target / 'lib'}",
+                )  # fmt: skip
+            except KafkaDistError as exc:
+                raise HarnessError(str(exc)) from None
             (target / _STAMP).write_text(sources_hash() + "\n")
     return JavaProbe(classpath, java)
