@@ -4,6 +4,11 @@ The catalogue used here gates versions the Tansu broker really has, so a level c
 finalized and its versions actually served: ``test.version`` level 1 enables
 DescribeCluster v1, level 2 enables Metadata v12. Gateway "a" knows both levels,
 gateway "b" only level 1 (an older gateway build).
+
+These tests pin the gateways' own levels and epochs, so they run in front of Tansu
+whatever ``KAFKA_GATEWAY_TEST_BROKER`` says (the ``broker`` override below): a broker that
+reports no features of its own keeps the gateways' answer theirs alone.
+tests/integration/test_upstream_features.py covers the merge with Apache Kafka's.
 """
 
 from __future__ import annotations
@@ -28,8 +33,14 @@ from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeatur
 
 from gateway.features.store import FeatureStore
 from gateway.features.znode import Finalized
-from tests.conftest import GatewayFactory, skip_if_external_broker
-from tests.harness import ConnectionClosed, GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.conftest import GatewayFactory
+from tests.harness import (
+    ConnectionClosed,
+    GatewayProcess,
+    KafkaConnection,
+    TansuBroker,
+    ZooKeeperProcess,
+)
 from tests.harness.kafka_wire import Features, parse_features
 from tests.integration.conftest import CHROOT
 
@@ -49,9 +60,14 @@ UNSUPPORTED_VERSION = 35
 T = TypeVar("T")
 
 
-@pytest.fixture(autouse=True)
-def _tansu_versions() -> None:
-    skip_if_external_broker("the test catalogue gates versions picked for Tansu")
+@pytest.fixture
+def broker(tansu_broker: TansuBroker) -> TansuBroker:
+    """Tansu, whatever the session's broker: these tests pin the gateways' own levels and
+    epochs, and a broker that reports no features of its own (Tansu) keeps them apart
+    from a broker's (tests/integration/test_upstream_features.py covers the merge with
+    Kafka's). The catalogue also gates versions picked for Tansu (Metadata v12 is below
+    its max)."""
+    return tansu_broker
 
 
 def catalogue(tmp_path: Path, name: str, text: str) -> str:

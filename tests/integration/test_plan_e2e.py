@@ -30,10 +30,11 @@ from featurectl.plan.columnar import SAMPLES
 from featurectl.plan.layout import SCRAPES, STATE
 from gateway.features.store import FeatureStore
 from gateway.features.znode import Registration
-from tests.conftest import GatewayFactory, skip_if_external_broker
+from tests.conftest import GatewayFactory
 from tests.harness import (
     GatewayProcess,
     KafkaConnection,
+    TansuBroker,
     ZooKeeperProcess,
     free_port,
 )
@@ -56,9 +57,14 @@ RUN_TIMEOUT_S = 300
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def _tansu_versions() -> None:
-    skip_if_external_broker("the test catalogue gates versions picked for Tansu")
+@pytest.fixture
+def broker(tansu_broker: TansuBroker) -> TansuBroker:
+    """Tansu, whatever the session's broker: these pin the gateways' own levels (a gateway
+    serves level 1 exactly when the features it reports are ``test.version`` alone), and a
+    broker that reports no features of its own (Tansu) keeps them apart; the catalogue
+    also gates versions picked for Tansu. tests/integration/test_upstream_features.py
+    covers the merge with Kafka's."""
+    return tansu_broker
 
 
 def serves_level_1(gw: GatewayProcess) -> bool:

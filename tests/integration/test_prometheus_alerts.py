@@ -21,7 +21,7 @@ import yaml
 
 from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory, require_tool
-from tests.harness import KafkaConnection, ZooKeeperProcess
+from tests.harness import KafkaConnection, TansuBroker, ZooKeeperProcess
 from tests.harness.grafana import interpolate, panels, resolve_variables
 from tests.harness.prometheus import PrometheusProcess
 from tests.integration.test_features import (
@@ -129,9 +129,17 @@ def test_epoch_divergence_fires_when_gateways_serve_different_epochs_and_resolve
     zookeeper: ZooKeeperProcess,
     store: FeatureStore,
     tmp_path: Path,
+    tansu_broker: TansuBroker,
 ) -> None:
+    """In front of Tansu whatever the session's broker: this pins the gateways' own epochs,
+    and a broker that reports no features of its own (Tansu) keeps them the gateways'
+    (Kafka 4.4's KRaft metadata offset, merged in, moves on its own;
+    tests/integration/test_upstream_features.py covers that merge)."""
     prometheus = alerting_prometheus
-    a = start_gateway(gateway_factory, zookeeper, tmp_path, "gw-a", CATALOGUE_A, *worker_args())
+    upstream = tansu_broker.bootstrap
+    a = start_gateway(
+        gateway_factory, zookeeper, tmp_path, "gw-a", CATALOGUE_A, *worker_args(), upstream=upstream
+    )
     b = start_gateway(
         gateway_factory,
         zookeeper,
@@ -141,6 +149,7 @@ def test_epoch_divergence_fires_when_gateways_serve_different_epochs_and_resolve
         *worker_args(),
         "--zookeeper-chroot",  # the last one given wins: gw-b reads OTHER_CHROOT
         OTHER_CHROOT,
+        upstream=upstream,
     )
     prometheus.set_targets([a.metrics_address, b.metrics_address])
     prometheus.wait_targets_up()

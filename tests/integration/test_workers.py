@@ -1,9 +1,9 @@
 """A gateway with several worker processes (``--workers``), seen from outside as one.
 (Cluster mode with workers: tests/integration/test_cluster_mode.py.)
 
-Real ZooKeeper, the Tansu broker, gateways as separate processes, raw Kafka requests
-and a real client library. Each test reads what an operator would: the wire, /metrics,
-/connections, /readyz, ZooKeeper's registrations and the log.
+Real ZooKeeper, the session's broker (Tansu for the epoch test), gateways as separate
+processes, raw Kafka requests and a real client library. Each test reads what an operator
+would: the wire, /metrics, /connections, /readyz, ZooKeeper's registrations and the log.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import os
 import signal
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaProducer
 
 from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
-from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
+from tests.harness import GatewayProcess, KafkaConnection, TansuBroker, ZooKeeperProcess
 from tests.harness.kafka_wire import parse_features
 from tests.integration.test_features import (
     CATALOGUE_A,
@@ -81,15 +82,36 @@ def spread_connections(gw: GatewayProcess, count: int) -> list[KafkaConnection]:
     return conns
 
 
+def _workers_gateway(
+    factory: GatewayFactory, zookeeper: ZooKeeperProcess, tmp_path: Path, **kwargs: Any
+) -> GatewayProcess:
+    gw = start_gateway(
+        factory, zookeeper, tmp_path, "gw-w", CATALOGUE_A, "--workers", str(WORKERS), **kwargs
+    )
+    wait_for(lambda: http_status(gw, "/readyz") == 200, what="ready")
+    return gw
+
+
 @pytest.fixture
 def workers_gateway(
     gateway_factory: GatewayFactory, zookeeper: ZooKeeperProcess, tmp_path: Path
 ) -> GatewayProcess:
-    gw = start_gateway(
-        gateway_factory, zookeeper, tmp_path, "gw-w", CATALOGUE_A, "--workers", str(WORKERS)
-    )
-    wait_for(lambda: http_status(gw, "/readyz") == 200, what="ready")
-    return gw
+    """A gateway with WORKERS workers in front of the session's broker."""
+    return _workers_gateway(gateway_factory, zookeeper, tmp_path)
+
+
+@pytest.fixture
+def tansu_workers_gateway(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    tmp_path: Path,
+    tansu_broker: TansuBroker,
+) -> GatewayProcess:
+    """The same in front of Tansu, for a test that pins the gateway's own epoch: a broker
+    that reports no features of its own (Tansu) leaves the answer's epoch the gateway's
+    (in front of Kafka 4.4 it is merged with the KRaft metadata offset, which moves on its
+    own; tests/integration/test_upstream_features.py covers that merge)."""
+    return _workers_gateway(gateway_factory, zookeeper, tmp_path, upstream=tansu_broker.bootstrap)
 
 
 def test_workers_share_the_connections_and_look_like_one_gateway(
@@ -127,9 +149,9 @@ def test_workers_share_the_connections_and_look_like_one_gateway(
 
 
 def test_a_finalize_reaches_every_worker(
-    workers_gateway: GatewayProcess, store: FeatureStore
+    tansu_workers_gateway: GatewayProcess, store: FeatureStore
 ) -> None:
-    gw = workers_gateway
+    gw = tansu_workers_gateway
     epoch = finalize(store, test_version=1)
 
     def every_connection_sees_it() -> bool:
