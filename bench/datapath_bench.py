@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import responder
 
 from gateway.config import load_config
+from gateway.features.report import NO_FEATURES
 from gateway.server import proxy
 from gateway.server.app import Gateway
 from gateway.server.proxy import ClientConnection, UpstreamConnection
@@ -76,7 +77,7 @@ def connection() -> ClientConnection:
     conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
     conn.client = CountingTransport()  # type: ignore[assignment]
     conn.upstream = CountingTransport()  # type: ignore[assignment]
-    conn._negotiated(gateway_supported())
+    conn._negotiated(gateway_supported(), NO_FEATURES)
     return conn
 
 
