@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import cache
@@ -32,7 +31,7 @@ from typing import Any
 from gateway.server.apache_kafka import cache_root, file_lock
 
 from .procs import HarnessError
-from .tools import MISSING_TOOL
+from .tools import find_tool, missing_tool_reason
 
 SOURCE_DIR = Path(__file__).resolve().parents[1] / "clients" / "go"
 BINARY_NAME = "gatewayclient"
@@ -104,9 +103,9 @@ def _build_key(go: str) -> str:
 @cache
 def build() -> Path:
     """Build ``gatewayclient`` unless this source state's binary is cached already."""
-    go = shutil.which("go")
+    go = find_tool("go")
     if go is None:
-        raise GoMissing(f"{MISSING_TOOL}go (https://go.dev/dl/); franz-go tests need it")
+        raise GoMissing(missing_tool_reason("go", "franz-go tests need it"))
     target = cache_root() / "go-clients" / _build_key(go)
     binary = target / BINARY_NAME
     with file_lock(target.with_suffix(".lock")):

@@ -26,17 +26,11 @@ from typing import Any
 from gateway.server.apache_kafka import KafkaDistError, cache_root, file_lock, maven
 
 from .procs import HarnessError
+from .tools import find_tool, missing_tool_reason
 
 PROBE_DIR = Path(__file__).resolve().parents[1] / "clients" / "java"
 MAIN_CLASS = "kafkagateway.probe.Main"
 _STAMP = ".complete"
-
-#: The tools the probe needs, and how to get them (Debian package names).
-TOOLS = {
-    "mvn": "apt-get install maven",
-    "javac": "apt-get install openjdk-17-jdk-headless",
-    "java": "apt-get install openjdk-17-jre-headless",
-}
 
 #: A client JVM on a 2-core box: small heap, C1 only (starts in well under a second), and
 #: the client's own log at WARN on stderr (its INFO lines run to hundreds per scenario).
@@ -54,7 +48,7 @@ class JavaToolMissing(HarnessError):
     install it."""
 
     def __init__(self, tool: str) -> None:
-        super().__init__(f"{tool} ({TOOLS[tool]}); the Java client probe needs it")
+        super().__init__(missing_tool_reason(tool, "the Java client probe needs it"))
         self.tool = tool
 
 
@@ -69,7 +63,7 @@ def sources_hash() -> str:
 
 
 def _tool(name: str) -> str:
-    found = shutil.which(name)
+    found = find_tool(name)
     if found is None:
         raise JavaToolMissing(name)
     return found
@@ -155,7 +149,7 @@ def build() -> JavaProbe:
     """The probe built from the repository's sources (Maven, on first use per hash)."""
     _tool("mvn")  # each raises JavaToolMissing (a skip) where absent
     _tool("javac")
-    java = _tool("java")
+    java = shutil.which("java") or _tool("javac")  # javac comes with a java
     target = cache_root() / f"java-client-probe-{sources_hash()}"
     classpath = f"{target / 'build' / 'classes'}:{target / 'lib'}/*"
     if (target / _STAMP).exists():

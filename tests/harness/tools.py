@@ -40,6 +40,11 @@ OPTIONAL_TOOLS: dict[str, OptionalTool] = {
             "docker-compose", ("docker-compose", "docker"), "apt-get install docker-compose"
         ),
         OptionalTool("systemd-analyze", ("systemd-analyze",), "apt-get install systemd"),
+        # The Java client probe (tests/clients/java): Maven builds it, javac compiles it.
+        OptionalTool("mvn", ("mvn",), "apt-get install maven"),
+        OptionalTool("javac", ("javac",), "apt-get install openjdk-17-jdk-headless"),
+        # The franz-go client (tests/clients/go): 1.21+ fetches the 1.26 toolchain it asks.
+        OptionalTool("go", ("go",), "https://go.dev/dl/"),
     )
 }
 

@@ -32,7 +32,6 @@ from tests.harness import GatewayProcess, KafkaConnection, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.java_clients import JavaProbe, JavaToolMissing, ProbeRun, build
 from tests.harness.kafka_wire import Features, parse_features
-from tests.harness.tools import MISSING_TOOL
 from tests.integration.conftest import CHROOT
 from tests.integration.test_clients import ConfluentDriver
 from tests.integration.test_features import wait_for
@@ -57,7 +56,7 @@ def probe() -> JavaProbe:
     try:
         return build()
     except JavaToolMissing as exc:
-        pytest.skip(f"{MISSING_TOOL}{exc}")
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(autouse=True)
