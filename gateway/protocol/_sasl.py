@@ -50,8 +50,10 @@ connection's ``InFlight``). The rules:
 
 5. A failed authentication makes the broker close the connection; the gateway closes
    the client side with it, as for any upstream close.
-6. A SaslHandshake v0 in the middle of a connection (Kafka only allows v1 for KIP-368
-   re-authentication, but a proxy should not care) is handled exactly like the first.
+6. A SaslHandshake v0 in the middle of a connection is handled exactly like the first:
+   Apache Kafka 4.4 accepts one as a KIP-368 re-authentication on a listener with
+   ``connections.max.reauth.ms`` set (raw tokens follow, as after the first), and answers
+   ILLEGAL_SASL_STATE elsewhere (tests/integration/test_kafka_security.py).
 """
 
 from __future__ import annotations
