@@ -76,6 +76,14 @@ def update_features_response(
         failed = next((r for r in results if not r.ok), None)
         if failed is not None:
             error_code, error_message = failed.error_code, failed.message
+            if len(results) > 1:
+                # v2 has no per-feature results: a client shows this one message against
+                # every feature it asked for, so it names the one that failed (Kafka's
+                # words, from its QuorumController).
+                error_message = (
+                    "The update failed for all features since the following feature had "
+                    f"an error: {failed.feature}: {failed.message}"
+                )
     kwargs = {
         "throttle_time": i32Timedelta.parse(datetime.timedelta(0)),
         "error_code": ErrorCode(error_code),
