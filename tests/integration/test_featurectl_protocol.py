@@ -18,8 +18,8 @@ import pytest
 from featurectl.cli import DOWNGRADE_REFUSED
 from gateway.features.store import FeatureStore
 from gateway.features.znode import Finalized
-from tests.conftest import GatewayFactory, skip_if_external_broker
-from tests.harness import GatewayProcess, ZooKeeperProcess, free_port
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess, TansuBroker, ZooKeeperProcess, free_port
 from tests.integration.conftest import CHROOT, Pki
 from tests.integration.test_featurectl import assert_ok, featurectl
 from tests.integration.test_features import start_gateway, wait_for
@@ -40,9 +40,13 @@ levels.2 = ["Metadata>=12"]
 ALLOW_LOCALHOST = '[features]\nupdate_allowed_from = ["127.0.0.0/8"]\n'
 
 
-@pytest.fixture(autouse=True)
-def _tansu_versions() -> None:
-    skip_if_external_broker("the test catalogue gates versions picked for Tansu")
+@pytest.fixture
+def broker(tansu_broker: TansuBroker) -> TansuBroker:
+    """Tansu, whatever the session's broker: these tests compare featurectl's two paths
+    on the gateways' own levels, which a broker that reports features of its own (Kafka
+    4.x) merges into what the Kafka path sees (tests/integration/test_kafka_features_tool.py
+    compares both paths in front of Kafka)."""
+    return tansu_broker
 
 
 def _gateways(
