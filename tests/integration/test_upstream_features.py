@@ -45,6 +45,15 @@ def features(host: str, port: int) -> tuple[Features, dict[int, tuple[int, int]]
     return parse_features(answer), answer.api_keys
 
 
+@pytest.fixture
+def kraft(apache_kafka: ApacheKafkaBroker) -> ApacheKafkaBroker:
+    """The session's Apache Kafka when it is 4.x: only KRaft finalizes features of its own
+    (a ZooKeeper-mode 3.9 lists none; test_kafka_zookeeper_mode covers that merge)."""
+    if apache_kafka.zookeeper_mode:
+        pytest.skip(f"needs Apache Kafka 4.x (KRaft); the session runs {apache_kafka.version}")
+    return apache_kafka
+
+
 def heartbeat_error(gateway: GatewayProcess) -> int:
     """The error code of a KIP-848 heartbeat (joining a new group) through ``gateway``."""
     request = ConsumerGroupHeartbeatRequest(
@@ -76,12 +85,12 @@ def gated_gateway(
 
 
 def test_without_gating_a_client_sees_the_brokers_features_as_the_broker_reports_them(
-    gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker
+    gateway_factory: GatewayFactory, kraft: ApacheKafkaBroker
 ) -> None:
-    gateway = gateway_factory(upstream=apache_kafka.bootstrap)
-    direct, _ = features(apache_kafka.host, apache_kafka.port)
+    gateway = gateway_factory(upstream=kraft.bootstrap)
+    direct, _ = features(kraft.host, kraft.port)
     through, _ = features(gateway.host, gateway.port)
-    later, _ = features(apache_kafka.host, apache_kafka.port)
+    later, _ = features(kraft.host, kraft.port)
     assert "metadata.version" in direct.finalized, direct
     # As the broker finalized them, never above what the gateway supports (Kafka 4.4
     # finalizes share.version 2; the built-in catalogue lists level 1).
@@ -102,15 +111,15 @@ def test_without_gating_a_client_sees_the_brokers_features_as_the_broker_reports
 
 def test_a_gated_feature_is_finalized_at_the_lower_level_and_its_versions_follow(
     gateway_factory: GatewayFactory,
-    apache_kafka: ApacheKafkaBroker,
+    kraft: ApacheKafkaBroker,
     zookeeper: ZooKeeperProcess,
     store: FeatureStore,
     tmp_path: Path,
 ) -> None:
-    direct, direct_keys = features(apache_kafka.host, apache_kafka.port)
+    direct, direct_keys = features(kraft.host, kraft.port)
     assert direct.finalized.get("group.version") == (1, 1), direct.finalized
     assert CONSUMER_GROUP_HEARTBEAT in direct_keys
-    gateway = gated_gateway(gateway_factory, apache_kafka, zookeeper, tmp_path)
+    gateway = gated_gateway(gateway_factory, kraft, zookeeper, tmp_path)
 
     before, keys = features(gateway.host, gateway.port)
     # The broker finalized group.version 1, the gateways nothing: clients get 0, and the
@@ -132,13 +141,13 @@ def test_a_gated_feature_is_finalized_at_the_lower_level_and_its_versions_follow
 
 def test_update_features_of_a_broker_owned_feature_gets_a_clear_refusal(
     gateway_factory: GatewayFactory,
-    apache_kafka: ApacheKafkaBroker,
+    kraft: ApacheKafkaBroker,
     zookeeper: ZooKeeperProcess,
     store: FeatureStore,
     tmp_path: Path,
 ) -> None:
-    gateway = gated_gateway(gateway_factory, apache_kafka, zookeeper, tmp_path)
-    before, _ = features(apache_kafka.host, apache_kafka.port)
+    gateway = gated_gateway(gateway_factory, kraft, zookeeper, tmp_path)
+    before, _ = features(kraft.host, kraft.port)
     level = before.finalized["metadata.version"][1]
     request = UpdateFeaturesRequest(
         timeout=datetime.timedelta(seconds=10),
@@ -154,7 +163,7 @@ def test_update_features_of_a_broker_owned_feature_gets_a_clear_refusal(
     assert error_code == INVALID_REQUEST
     assert b"finalized by the Kafka cluster behind kafka-gateway" in response.body
     assert b"kafka-features.sh --bootstrap-server" in response.body
-    after, _ = features(apache_kafka.host, apache_kafka.port)
+    after, _ = features(kraft.host, kraft.port)
     assert after.finalized == before.finalized
     assert store.read().levels == {}
 
