@@ -48,7 +48,7 @@ LOOPBACK = "127.0.0.1"
 API_VERSIONS, METADATA, DESCRIBE_GROUPS, FIND_COORDINATOR, PRODUCE, FETCH = 18, 3, 15, 10, 0, 1
 # api key -> (min, max) this responder answers.
 SUPPORTED = {
-    API_VERSIONS: (0, 3),
+    API_VERSIONS: (0, 4),  # v4 as Kafka 3.9+ (the gateway asks v4 first)
     METADATA: (0, 12),
     DESCRIBE_GROUPS: (0, 5),
     FIND_COORDINATOR: (0, 3),
