@@ -72,10 +72,16 @@ class FeatureReport:
 
     def key(self) -> tuple[object, ...]:
         """A hashable form, for caches keyed by what an upstream reported."""
+        return (*self.shape(), self.epoch)
+
+    def shape(self) -> tuple[object, ...]:
+        """What support and version caps depend on: all but the epoch's value. KRaft's
+        epoch is the metadata log's offset and moves with every topic change, so caches
+        of what is negotiated (shared by every connection to an upstream) key on this."""
         return (
             tuple(sorted(self.supported.items())),
             tuple(sorted(self.finalized.items())),
-            self.epoch,
+            self.epoch != NO_EPOCH,
         )
 
 

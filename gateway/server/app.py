@@ -90,9 +90,9 @@ class Gateway:
             config.broker_software_name_tag, config.broker_software_version_tag
         )
         self._own_ranges = gateway_supported()
-        self._negotiated: dict[
-            tuple[HostPort, tuple[tuple[int, VersionRange], ...]], Negotiated
-        ] = {}
+        # Keyed by upstream, its ranges and the shape of its features (not their epoch).
+        self._negotiated: dict[tuple[object, ...], Negotiated] = {}
+        self._feature_reports: dict[tuple[object, ...], FeatureReport] = {}
         self._software: dict[HostPort, BrokerSoftware] = {}
         self._servers: dict[str, asyncio.Server] = {}
         # Holds the listener-opening tasks so they are not garbage-collected mid-flight.
@@ -332,7 +332,7 @@ class Gateway:
         memory (about 14 kB of its 18 kB of Python objects) when each made its own.
         Forgotten when the feature caps change, and kept for a few upstreams only.
         """
-        key = (address, tuple(upstream.items()), upstream_features.key())
+        key = (address, tuple(upstream.items()), upstream_features.shape())
         found = self._negotiated.get(key)
         if found is not None:
             # The feature gate follows the latest answer of each upstream, as when every
@@ -358,15 +358,24 @@ class Gateway:
             dispatch.LAST_HEADS,
             self.router,
         )
-        features = merge_reports(
-            self.features.report(),
-            upstream_features,
-            self.features.catalogue,
-            gating=self.features.enabled,
-        )
-        found = self._negotiated[key] = Negotiated(
-            upstream, available, ranges, passthrough, lane, features
-        )
+        found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
+        return found
+
+    def feature_report(self, upstream_features: FeatureReport) -> FeatureReport:
+        """What clients of an upstream that reported ``upstream_features`` are told of
+        features: the gateways' levels merged with the broker's (gateway.features.report).
+        Kept per answer, epoch included, for a few answers; forgotten with the levels."""
+        key = upstream_features.key()
+        found = self._feature_reports.get(key)
+        if found is None:
+            if len(self._feature_reports) >= NEGOTIATED_KEPT:
+                self._feature_reports.clear()
+            found = self._feature_reports[key] = merge_reports(
+                self.features.report(),
+                upstream_features,
+                self.features.catalogue,
+                gating=self.features.enabled,
+            )
         return found
 
     def advertised_ranges(
@@ -452,6 +461,7 @@ class Gateway:
     def _features_changed(self) -> None:
         """Finalized levels or compatibility changed: re-cap every connection."""
         self._negotiated.clear()
+        self._feature_reports.clear()
         for conn in list(self.connections):
             conn.renegotiate()
         self._update_health()

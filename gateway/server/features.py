@@ -169,8 +169,9 @@ class FeatureGate:
 
         With several upstreams (cluster mode) the gateway supports what every one allows.
         """
-        if self._available.get(upstream) == (available, features):
-            return
+        known = self._available.get(upstream)
+        if known is not None and known[0] == available and known[1].shape() == features.shape():
+            return  # a new epoch alone changes no support
         self._available[upstream] = (available, features)
         per_upstream = [
             supported_through(supported(self.catalogue, a), f) for a, f in self._available.values()

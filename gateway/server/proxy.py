@@ -594,7 +594,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             self.upstream_address, self.upstream_ranges, self.upstream_features
         )
         self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
-        self.feature_report = negotiated.features
+        self.feature_report = self.gateway.feature_report(self.upstream_features)
         self.lane_table = negotiated.lane
         self._lane_state()
 

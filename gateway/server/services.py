@@ -49,6 +49,7 @@ class GatewayServices(GatewayView, Protocol):
         upstream: dict[int, VersionRange],
         upstream_features: FeatureReport = ...,
     ) -> Negotiated: ...
+    def feature_report(self, upstream_features: FeatureReport) -> FeatureReport: ...
 
 
 class Negotiated(NamedTuple):
@@ -59,4 +60,3 @@ class Negotiated(NamedTuple):
     ranges: dict[int, VersionRange]  # what clients are told: own ∩ upstream ∩ caps
     passthrough: dict[int, VersionRange]  # ranges minus the keys answered here
     lane: object  # what the compiled lane may take of it (proxy.PlainTable)
-    features: FeatureReport  # what clients are told of features: the gateway's and the upstream's

@@ -4,6 +4,7 @@ when the finalized feature levels change."""
 from __future__ import annotations
 
 from gateway.config import load_config
+from gateway.features.report import FeatureReport
 from gateway.protocol import API_VERSIONS, METADATA
 from gateway.server.app import Gateway
 from gateway.versions import gateway_supported
@@ -52,3 +53,23 @@ def test_the_feature_gate_follows_the_latest_answer_even_when_shared() -> None:
     assert gw.features.supported["group.version"][1] == 0
     gw.negotiated(address, newer)  # kept from the first time
     assert gw.features.supported["group.version"][1] == served
+
+
+def test_answers_that_differ_only_in_the_epoch_share_one_negotiation() -> None:
+    # KRaft's FinalizedFeaturesEpoch is the metadata log's offset: it moves with every
+    # topic change, so connections opened minutes apart see other epochs. They must not
+    # each get a negotiation of their own (an idle connection's memory), but each is told
+    # the epoch its broker reported.
+    gw = _gateway()
+    address = gw.config.upstream
+    supported = {"metadata.version": (7, 33)}
+    early = FeatureReport(supported, {"metadata.version": 33}, 100)
+    later = FeatureReport(supported, {"metadata.version": 33}, 130)
+    first = gw.negotiated(address, gateway_supported(), early)
+    assert gw.negotiated(address, gateway_supported(), later) is first
+    assert gw.feature_report(early).epoch == 100
+    assert gw.feature_report(later).epoch == 130
+    assert gw.feature_report(later) is gw.feature_report(later)
+    # A new level is another shape: negotiated again.
+    upgraded = FeatureReport(supported, {"metadata.version": 33, "group.version": 1}, 131)
+    assert gw.negotiated(address, gateway_supported(), upgraded) is not first
