@@ -415,7 +415,7 @@ class CpuProbe:
     proxy_pids: list[int]
 
     @staticmethod
-    def _cpu(pids: list[int]) -> float:
+    def cpu_seconds(pids: list[int]) -> float:
         total = 0
         for pid in pids:
             try:
@@ -435,8 +435,8 @@ class CpuProbe:
     def sample(self) -> tuple[float, float, float, float]:
         return (
             time.process_time(),
-            self._cpu(self.broker_pids),
-            self._cpu(self.proxy_pids),
+            self.cpu_seconds(self.broker_pids),
+            self.cpu_seconds(self.proxy_pids),
             self._machine_busy(),
         )
 
@@ -595,7 +595,7 @@ def measure_bulk(
 # --------------------------------------------------------------------------- processes
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -693,13 +693,13 @@ class Stack(contextlib.ExitStack):
                 env=env,
                 start_new_session=True,
             )
-        self.callback(_stop, proc)
+        self.callback(stop_process, proc)
         service = Service(name, port, proc, log)
         _wait_ready(service)
         return service
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -719,7 +719,7 @@ def _wait_ready(service: Service) -> None:
     while time.monotonic() < deadline:
         if service.proc.poll() is not None:
             raise BenchError(
-                f"{service.name} exited with {service.proc.returncode}:\n{_tail(service.log)}"
+                f"{service.name} exited with {service.proc.returncode}:\n{log_tail(service.log)}"
             )
         try:
             api_versions_v0((LOOPBACK, service.port))
@@ -729,7 +729,7 @@ def _wait_ready(service: Service) -> None:
             time.sleep(0.1)
     raise BenchError(
         f"{service.name} not ready after {READY_TIMEOUT_S:.0f}s ({last_error}):\n"
-        f"{_tail(service.log)}"
+        f"{log_tail(service.log)}"
     )
 
 
@@ -832,7 +832,7 @@ def _fmt(value: float | None) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
-def _one_line(note: str) -> str:
+def one_line(note: str) -> str:
     """First line of a note, plus its last line when that says more (a log's last words)."""
     lines = [line.strip() for line in note.splitlines() if line.strip()]
     return lines[0] if len(lines) < 2 else f"{lines[0]} {lines[-1]}"
@@ -875,7 +875,7 @@ def print_report(
     )
     for path in PATHS:
         if path in notes and not medians.get(path):
-            print(f"{path:<13}unavailable: {_one_line(notes[path])}")
+            print(f"{path:<13}unavailable: {one_line(notes[path])}")
             continue
         if path not in medians:
             continue
@@ -939,7 +939,7 @@ def print_report(
             target = f"   \u2265 {minimum:.1f}\u00d7 {ref}: {verdict}"
         print(f"{label:<18}" + "".join(cells) + target)
     if not gw:
-        print(f"(no gateway figures: {_one_line(notes.get('gateway', 'gateway not measured'))})")
+        print(f"(no gateway figures: {one_line(notes.get('gateway', 'gateway not measured'))})")
     return ratios
 
 
@@ -1186,16 +1186,15 @@ def measure_rounds(
             )
             service = services[path]
             if service is not None and _exited(service):
-                notes[path] = (
-                    f"exited with {service.proc.returncode} during the run:\n{_tail(service.log)}"
-                )
+                code = service.proc.returncode
+                notes[path] = f"exited with {code} during the run:\n{log_tail(service.log)}"
         paths = [p for p in paths if not _exited(services[p])]
         if not paths:
             break
     return rounds
 
 
-def _cpu_list(cpus: set[int]) -> str:
+def cpu_set_text(cpus: set[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
@@ -1273,8 +1272,8 @@ def run(args: argparse.Namespace) -> int:
                 pin(broker.pids(), cpus[0])
                 pin(everyone_else, cpus[1])
                 print(
-                    f"layout {layout}: broker on CPU {_cpu_list(cpus[0])}, client and proxies "
-                    f"on CPU {_cpu_list(cpus[1])}",
+                    f"layout {layout}: broker on CPU {cpu_set_text(cpus[0])}, client and proxies "
+                    f"on CPU {cpu_set_text(cpus[1])}",
                     flush=True,
                 )
                 placed[layout] = cpus

@@ -49,14 +49,14 @@ from bench import (
     CpuProbe,
     Service,
     Stack,
-    _cpu_list,
-    _one_line,
-    _stop,
-    _tail,
+    cpu_set_text,
     gateway_argv,
     haproxy_config,
     haproxy_exe,
     layout_cpus,
+    log_tail,
+    one_line,
+    stop_process,
 )
 from gateway.server.apache_kafka import KRAFT_VERSION, KafkaNode, classpath, java
 from gateway.server.embedded import free_port
@@ -162,7 +162,7 @@ def broker_node(workdir: Path, haproxy_port: int) -> tuple[KafkaNode, int]:
 
 def taskset(cpus: set[int] | None) -> list[str]:
     """An argv prefix that starts a process on ``cpus`` (nothing: anywhere)."""
-    return ["taskset", "-c", _cpu_list(cpus)] if cpus else []
+    return ["taskset", "-c", cpu_set_text(cpus)] if cpus else []
 
 
 def start_broker(stack: Stack, node: KafkaNode, cpus: set[int] | None) -> Service:
@@ -173,12 +173,12 @@ def start_broker(stack: Stack, node: KafkaNode, cpus: set[int] | None) -> Servic
         argv = [*taskset(cpus), *node.command()]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    stack.callback(_stop, proc)
+    stack.callback(stop_process, proc)
     service = Service("broker", node.port, proc, log)
     deadline = time.monotonic() + BROKER_READY_S
     while True:
         if proc.poll() is not None:
-            raise BenchError(f"broker exited with {proc.returncode}:\n{_tail(log)}")
+            raise BenchError(f"broker exited with {proc.returncode}:\n{log_tail(log)}")
         try:
             admin(node.bootstrap, create="kafka-bench-ready")
             return service
@@ -288,7 +288,7 @@ def measure(
         if ready.strip() != "ready":
             raise BenchError(f"consumer did not start: {ready}{consumer.communicate()[0]}")
         probe = CpuProbe([broker.proc.pid], proxy.pids() if proxy else [])
-        consumer_start = CpuProbe._cpu([consumer.pid])  # its start-up, left out below
+        consumer_start = CpuProbe.cpu_seconds([consumer.pid])  # its start-up, left out below
         before, children_before, t0 = probe.sample(), _children_cpu(), time.time()
         done = subprocess.run(
             producer_argv(args, bootstrap, topic, rate),
@@ -466,8 +466,8 @@ def run(args: argparse.Namespace) -> int:
                     try:
                         r = measure(args, broker, f"{LOOPBACK}:{port}", proxy, topic, rate)
                     except (BenchError, subprocess.TimeoutExpired, ValueError) as exc:
-                        notes[f"{path} @ {rate}"] = _one_line(str(exc))
-                        print(f"{path} @ {rate}: failed: {_one_line(str(exc))}", flush=True)
+                        notes[f"{path} @ {rate}"] = one_line(str(exc))
+                        print(f"{path} @ {rate}: failed: {one_line(str(exc))}", flush=True)
                         continue
                     finally:
                         admin(node.bootstrap, delete=topic)

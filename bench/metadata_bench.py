@@ -86,14 +86,14 @@ def _connect(port: int) -> socket.socket:
 
 def _timed_threads(work: Callable[[int], None], conns: int, pids: list[int]) -> tuple[float, float]:
     """Run ``work(i)`` on ``conns`` threads at once: (wall seconds, CPU seconds of pids)."""
-    cpu0 = CpuProbe._cpu(pids)
+    cpu0 = CpuProbe.cpu_seconds(pids)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=work, args=(i,)) for i in range(conns)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - t0, CpuProbe._cpu(pids) - cpu0
+    return time.perf_counter() - t0, CpuProbe.cpu_seconds(pids) - cpu0
 
 
 def measure_rate(port: int, conns: int, seconds: float, pids: list[int]) -> dict[str, float]:

@@ -471,7 +471,7 @@ def pin_path(service: Service, name: str, cpus: list[int]) -> None:
 
 
 def _cpu_sample(pids: dict[str, list[int]]) -> dict[str, float]:
-    sample = {part: CpuProbe._cpu(p) for part, p in pids.items()}
+    sample = {part: CpuProbe.cpu_seconds(p) for part, p in pids.items()}
     sample["machine"] = CpuProbe._machine_busy()
     sample["t"] = time.monotonic()
     return sample
