@@ -194,8 +194,8 @@ class FeatureGate:
         """Version caps for clients of an upstream that reported ``upstream``: the gateway's
         levels, each lowered to the broker's where the broker knows the feature (a level
         the broker has not finalized would only get clients its refusals)."""
-        if not self.enabled or not upstream.supported:
-            return self.caps
+        if not self.enabled or upstream.shape() == NO_FEATURES.shape():
+            return self.caps  # a broker that speaks for no feature (Tansu, an answer < v3)
         levels = enforced_levels(self.finalized.levels, upstream, self.catalogue)
         return version_caps(self.catalogue, levels)
 

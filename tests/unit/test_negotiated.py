@@ -4,7 +4,8 @@ when the finalized feature levels change."""
 from __future__ import annotations
 
 from gateway.config import load_config
-from gateway.features.report import FeatureReport
+from gateway.features.report import NO_FEATURES, FeatureReport
+from gateway.features.znode import Finalized
 from gateway.protocol import API_VERSIONS, METADATA
 from gateway.server.app import Gateway
 from gateway.versions import gateway_supported
@@ -73,3 +74,17 @@ def test_answers_that_differ_only_in_the_epoch_share_one_negotiation() -> None:
     # A new level is another shape: negotiated again.
     upgraded = FeatureReport(supported, {"metadata.version": 33, "group.version": 1}, 131)
     assert gw.negotiated(address, gateway_supported(), upgraded) is not first
+
+
+def test_caps_follow_the_merge_for_a_broker_that_lists_no_features_but_has_an_epoch() -> None:
+    # Kafka 3.9 in ZooKeeper mode reports an epoch and no features: group.version is
+    # level 0 there, so a level the gateways finalized must not open its heartbeat (the
+    # broker would refuse it), as the merged answer says (enforced_levels).
+    cfg = load_config(
+        None,
+        {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0", "zookeeper": "127.0.0.1:1"},
+    )
+    gate = Gateway(cfg).features
+    gate._apply(Finalized({"group.version": 1}, 3))
+    assert CONSUMER_GROUP_HEARTBEAT not in gate.caps_for(NO_FEATURES)  # Tansu: own levels
+    assert gate.caps_for(FeatureReport(epoch=0))[CONSUMER_GROUP_HEARTBEAT] < 0
