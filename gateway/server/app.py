@@ -120,6 +120,9 @@ class Gateway:
             self.features.refuse_at_startup = False
         self.metrics.traffic.refresh = self._fold_live_connections
         self.started = False
+        # Set once every listener (clients, metrics) is bound and serving: the command
+        # line prints its "is up" banner then, not before (gateway.cli).
+        self.serving = asyncio.Event()
         # Event-loop lag (kafka_gateway_event_loop_lag_seconds), measured from start().
         self.loop_lag = LoopLagMonitor(
             self.metrics.event_loop_lag, self.metrics.event_loop_lag_busy
@@ -185,6 +188,7 @@ class Gateway:
             self.limits.run(lambda: self.connections)
         )
         self.started = True
+        self.serving.set()
         self._update_health()
         if self.worker is not None:
             http_port = self._http.sockets[0].getsockname()[1] if self._http else None
@@ -563,6 +567,10 @@ class Gateway:
             await self.start()
         except BaseException:
             await self.features.stop()
+            # A listener that did bind is closed now, not at exit: the command line
+            # checks which configured port is taken to name it (gateway.server.ports).
+            for server in self._servers.values():
+                server.close()
             if self._http is not None:
                 self._http.close()
             raise

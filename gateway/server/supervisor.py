@@ -117,6 +117,8 @@ class Supervisor:
         self.started = False
         self.stopping = False
         self._stop = asyncio.Event()
+        # Set once metrics_listen is bound and every worker serves (as Gateway.serving).
+        self.serving = asyncio.Event()
         self._http: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._context = worker_context()
@@ -170,6 +172,7 @@ class Supervisor:
             self._remove_limit_counts()
             raise
         self.started = True
+        self.serving.set()
         log.info(
             "gateway.supervising",
             workers=len(self.slots),
