@@ -78,10 +78,15 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def is_fetched(version: str = KRAFT_VERSION) -> bool:
+    """Whether ``fetch(version)`` would return at once (the jars are in the cache)."""
+    return (jars_dir(version) / _STAMP).exists()
+
+
 def fetch(version: str = KRAFT_VERSION) -> Path:
     """The folder holding Apache Kafka ``version``'s jars; fetched with Maven on first use."""
     target = jars_dir(version)
-    if (target / _STAMP).exists():
+    if is_fetched(version):
         return target
     with file_lock(target.with_suffix(".lock")):
         if (target / _STAMP).exists():
