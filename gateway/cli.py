@@ -179,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         "as Kafka does, or forward them untouched (vendor keys) [close]",
     )
     p.add_argument(
+        "--upgrade-socket",
+        metavar="PATH",
+        help="upgrade in place: a running gateway listens on this Unix socket; one "
+        "started with the same path takes over its listening sockets, and the old one "
+        "drains and exits 0 (docs/upgrade-in-place.md) [off]",
+    )
+    p.add_argument(
         "--embedded-broker",
         choices=["tansu", "kafka"],
         help="without --upstream: the local broker to start, Tansu (light) or Apache Kafka "
@@ -259,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "unknown_api_keys": args.unknown_api_keys,
         "embedded_broker": args.embedded_broker,
         "workers": args.workers,
+        "upgrade_socket": args.upgrade_socket,
         **{key: getattr(args, key) for key in _LIMIT_FLAGS},
         "max_connections_per_ip_overrides": args.max_connections_per_ip_overrides,
     }

@@ -78,6 +78,10 @@ class Config:
     upstream_connect_timeout_s: float = 10.0
     # How long SIGTERM waits for in-flight requests before closing connections.
     drain_timeout_s: float = 30.0
+    # Upgrade in place (docs/upgrade-in-place.md): a Unix socket path. A running gateway
+    # listens there; a new one started with the same path takes its listening sockets
+    # over instead of binding (no refused connection), and the old one drains. None: off.
+    upgrade_socket: str | None = None
     log_format: LogFormat = "auto"
     log_level: str = "info"
     # Request log ([log] requests / request_level): the fraction of requests logged when
@@ -443,6 +447,9 @@ def _validate(cfg: Config) -> None:
     ):
         if not getattr(cfg, key) > 0:  # "not >" also rejects NaN, which TOML allows
             raise ConfigError(key, f"must be > 0, got {getattr(cfg, key)}")
+    if cfg.upgrade_socket is not None and not 0 < len(cfg.upgrade_socket.encode()) < 108:
+        # sun_path holds 107 bytes and a NUL; a longer path cannot be bound.
+        raise ConfigError("upgrade_socket", "must be a path of 1 to 107 bytes")
     if cfg.node_id is not None and cfg.node_id < 0:
         raise ConfigError("node_id", f"node ids are >= 0, got {cfg.node_id}")
     if cfg.advertised in ("0.0.0.0", "::"):
