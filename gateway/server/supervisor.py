@@ -74,8 +74,10 @@ STOP_GRACE_S = 5.0
 # The supervisor reads the workers' metrics this often even without a scrape, so a
 # worker that dies loses at most this long of counts from the sums.
 REFRESH_S = 5.0
-# The supervisor's own series in /metrics (the rest comes from the workers).
-OWN_FAMILIES = frozenset({"kafka_gateway_worker_restarts"})
+# The supervisor's own series in /metrics (the rest comes from the workers). A SIGHUP
+# reaches every worker, but it is one reload of the gateway: the supervisor's own control
+# plane loads the same files first, and its count is the one shown.
+OWN_FAMILIES = frozenset({"kafka_gateway_worker_restarts", "kafka_gateway_config_reloads"})
 
 
 class WorkerStartFailed(OSError):
@@ -375,7 +377,8 @@ class Supervisor:
         async def read(slot: Slot) -> None:
             body = await _get(slot, "/metrics")
             if body is not None:
-                slot.last_metrics = parse(body.decode())
+                parsed = parse(body.decode())
+                slot.last_metrics = {n: f for n, f in parsed.items() if n not in OWN_FAMILIES}
 
         await asyncio.gather(*(read(s) for s in self.slots))
 

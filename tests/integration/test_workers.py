@@ -231,3 +231,29 @@ def test_sigterm_drains_every_worker_and_exits_0(
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
     assert gw.log_text().count('"event": "gateway.stopped"') == 3  # both workers + supervisor
     assert store.registrations() == []
+
+
+def test_each_sighup_is_counted_once_however_many_workers(
+    workers_gateway: GatewayProcess,
+) -> None:
+    # Every worker reloads on the supervisor's SIGHUP and counts it in its own registry;
+    # summed like other counters, 3 SIGHUPs would read 3 * (WORKERS + 1).
+    gw = workers_gateway
+    assert gw.pid is not None
+    for sighups in (1, 2, 3):
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_for(
+            lambda n=sighups: (
+                scrape(gw).get('kafka_gateway_config_reloads_total{result="ok"}') == n
+            ),
+            what=f"{sighups} reloads counted",
+        )
+    # Every process (the supervisor's control plane and each worker) has reloaded 3 times
+    # by now, and each scrape reads the workers' counts afresh.
+    wait_for(
+        lambda: gw.log_path.read_text().count('"event": "gateway.reload"') >= 3 * (WORKERS + 1),
+        what="every process's reloads logged",
+    )
+    samples = scrape(gw)
+    assert samples['kafka_gateway_config_reloads_total{result="ok"}'] == 3
+    assert samples['kafka_gateway_config_reloads_total{result="failed"}'] == 0
