@@ -35,7 +35,8 @@ from featurectl.cli import DOWNGRADE_REFUSED
 from gateway.features.catalogue import load_catalogue
 from gateway.features.store import FeatureStore, make_client
 from gateway.features.znode import Finalized
-from gateway.server.apache_kafka import KRAFT_VERSION, classpath, java
+from gateway.kafka_tools import tool_command
+from gateway.server.apache_kafka import KRAFT_VERSION
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
@@ -45,13 +46,6 @@ from tests.integration.test_features import wait_for
 
 #: Every test runs kafka-features.sh of this release, whatever broker the session runs.
 TOOL_VERSION = KRAFT_VERSION
-#: A short-lived client JVM on a 2-core box; the Admin client's INFO log off.
-TOOL_JVM = (
-    "-Xmx256m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-)
 METADATA = "metadata.version"
 ELR = "eligible.leader.replicas.version"
 TV = "transaction.version"
@@ -62,8 +56,7 @@ GATEWAY_ID = "gw"
 
 def kafka_features(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``kafka-features.sh --bootstrap-server BOOTSTRAP ARGS`` (FeatureCommand, Kafka 4.4)."""
-    command = [java(), *TOOL_JVM, "-cp", classpath(TOOL_VERSION)]
-    command += ["org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap, *args]
+    command = tool_command("kafka-features", ["--bootstrap-server", bootstrap, *args], TOOL_VERSION)
     return subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
