@@ -76,6 +76,10 @@ class Config:
     metrics_listen: HostPort | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     upstream_connect_timeout_s: float = 10.0
+    # /readyz answers 503 while the upstream broker does not answer ApiVersions, checked
+    # this often by the process that serves /readyz (gateway.server.upstream_watch).
+    # 0: readiness is the listeners only, as Kafka's own is.
+    readiness_upstream_check_ms: int = 5000
     # How long SIGTERM waits for in-flight requests before closing connections.
     drain_timeout_s: float = 30.0
     # Upgrade in place (docs/upgrade-in-place.md): a Unix socket path. A running gateway
@@ -327,7 +331,7 @@ _LIMIT_INTS = (
 
 
 def _convert(key: str, value: Any) -> Any:
-    if key in _LIMIT_INTS:
+    if key in _LIMIT_INTS or key == "readiness_upstream_check_ms":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {value!r}")
         return value
@@ -447,6 +451,10 @@ def _validate(cfg: Config) -> None:
     ):
         if not getattr(cfg, key) > 0:  # "not >" also rejects NaN, which TOML allows
             raise ConfigError(key, f"must be > 0, got {getattr(cfg, key)}")
+    if cfg.readiness_upstream_check_ms < 0:
+        raise ConfigError(
+            "readiness_upstream_check_ms", f"must be >= 0, got {cfg.readiness_upstream_check_ms}"
+        )
     if cfg.upgrade_socket is not None and not 0 < len(cfg.upgrade_socket.encode()) < 108:
         # sun_path holds 107 bytes and a NUL; a longer path cannot be bound.
         raise ConfigError("upgrade_socket", "must be a path of 1 to 107 bytes")

@@ -57,6 +57,7 @@ from .tls import (
     upstream_context,
     upstream_server_hostname,
 )
+from .upstream_watch import UpstreamWatch
 from .worker_role import WorkerRole
 
 log = get_logger("gateway.server")
@@ -128,6 +129,8 @@ class Gateway:
             self.metrics.event_loop_lag, self.metrics.event_loop_lag_busy
         )
         self.stopping = False
+        # /readyz's check of the upstream, in the process that serves /readyz only.
+        self.upstream_watch: UpstreamWatch | None = None
         self.request_log = (
             RequestLog(config.log_requests, config.log_request_level)
             if config.log_requests > 0
@@ -190,7 +193,9 @@ class Gateway:
         self.started = True
         self.serving.set()
         self._update_health()
-        if self.worker is not None:
+        if self.worker is None:
+            self.watch_upstream()
+        else:
             http_port = self._http.sockets[0].getsockname()[1] if self._http else None
             self.worker.ready(http_port)
             self._spawn(self._watch_supervisor(self.worker))
@@ -228,7 +233,29 @@ class Gateway:
             return False, "draining"
         if not self.features.compatible:
             return False, "not accepting connections: incompatible finalized feature levels"
+        ok, why = self.upstream_readiness()
+        if not ok:
+            return False, why
         return True, "ready"
+
+    def watch_upstream(self) -> None:
+        """Check the upstream for /readyz every readiness_upstream_check_ms (a single
+        gateway, or a supervisor's control plane; not the workers)."""
+        upstream, interval_ms = self.config.upstream, self.config.readiness_upstream_check_ms
+        if upstream is None or interval_ms == 0 or self.config.metrics_listen is None:
+            return
+        tls, hostname = self.upstream_tls, self.upstream_server_hostname(upstream)
+        self.upstream_watch = UpstreamWatch(
+            upstream,
+            lambda: probe_api_versions(upstream, tls, hostname),
+            interval_ms / 1000,
+            self.config.upstream_connect_timeout_s,
+            on_error=self.metrics.upstream_connect_errors.labels(str(upstream)).inc,
+        )
+        self._spawn(self.upstream_watch.run())
+
+    def upstream_readiness(self) -> tuple[bool, str]:
+        return self.upstream_watch.readiness() if self.upstream_watch else (True, "")
 
     async def probe_upstream(self, upstream: HostPort) -> None:
         """Learn the upstream's ApiVersions before clients come (feature support, the

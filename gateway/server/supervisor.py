@@ -175,6 +175,7 @@ class Supervisor:
             raise
         self.started = True
         self.serving.set()
+        self.control.watch_upstream()
         log.info(
             "gateway.supervising",
             workers=len(self.slots),
@@ -359,6 +360,9 @@ class Supervisor:
             return False, "not accepting connections: incompatible finalized feature levels"
         if not ready:
             return False, "no worker is serving"
+        ok, why = self.control.upstream_readiness()
+        if not ok:
+            return False, why
         return True, f"ready ({ready}/{len(self.slots)} workers)"
 
     async def _metrics_route(self) -> tuple[int, str, bytes]:
