@@ -60,6 +60,19 @@ class FrameReader:
             or self._walk is not None
         )
 
+    def discard(self) -> None:
+        """The connection closed: drop the partial frame held here and take no more
+        bytes. A closed connection's objects may outlive it by minutes (they sit in
+        reference cycles, which only a full pass of the cyclic garbage collector frees,
+        and a gateway runs one rarely), so what they hold must go now: a gathered frame
+        may be up to max_frame_bytes (issue 34, docs/memory.md)."""
+        self._failed = True
+        self._gather = None
+        self._gather_meta = None
+        self._gather_left = self._pass = self._drop = 0
+        self._head = b""
+        self._walk = None
+
     def feed(self, data: bytes) -> list[Item]:
         out: list[Item] = []
         if self._failed or not data:

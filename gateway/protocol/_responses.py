@@ -66,6 +66,13 @@ class ResponseReader(FrameReader):
         # The head held back while a HeadFinder walks it; None when walked bytes stream.
         self._held: bytearray | None = None
 
+    def discard(self) -> None:
+        super().discard()
+        self._held = None  # a held head (HeadFinder)
+        self._current = None
+        self._tail = False
+        self._walk_left = 0
+
     def feed(self, data: bytes) -> list[Item]:
         # Fast path for the commonest chunk: one whole response, starting at a frame
         # boundary, with no local response waiting behind it (see RequestReader.feed for
