@@ -51,8 +51,15 @@ from ..protocol import (
 )
 from ..protocol._apis import api_name
 from ..versions import VersionRange
+from . import allocator
 from .services import GatewayServices
 from .tls import peer_subject
+
+# Large buffers (a partial frame of up to max_frame_bytes) go back to the system when
+# freed, not to the heap (allocator.py): every process that serves connections imports
+# this module before its first one (the workers' fork server among them, whose setting
+# each forked worker inherits).
+allocator.pin_mmap_threshold()
 
 # The compiled lane takes the reads of requests and responses forwarded untouched (see
 # gateway/server/_lane.pyx); without it (not compiled, or turned off to compare or to
