@@ -305,13 +305,21 @@ def run(config: Config) -> int:
     from .server.embedded import EmbeddedError, LocalStack, default_workdir, interrupts
     from .server.fdlimit import raise_open_files_limit
     from .server.features import FeatureStartupError
+    from .server.handover import HandoverFailed, Successor
     from .server.ports import PortInUse, configured_ports, first_taken, hold
 
     log = get_logger("gateway")
+    # Upgrade in place: a gateway serving on the upgrade socket hands its listening sockets
+    # over (gateway/server/handover.py); this one then binds none of the configured ports.
+    try:
+        successor = Successor.connect(config.upgrade_socket) if config.upgrade_socket else None
+    except HandoverFailed as exc:
+        print(f"kafka-gateway: {exc}", file=sys.stderr)
+        return 1
     # Bound (not listening) until the gateway binds them itself: a taken port fails now,
     # before a ZooKeeper and a broker are started for nothing, and a second gateway
     # started meanwhile sees these as taken.
-    ports = configured_ports(config)
+    ports = configured_ports(config) if successor is None else []
     try:
         held = hold(ports)
     except PortInUse as exc:
@@ -350,11 +358,12 @@ def run(config: Config) -> int:
                 upstream=HostPort("127.0.0.1", stack.broker_port),
                 zookeeper=config.zookeeper or stack.zookeeper,
             )
-        if config.workers > 1:
+        if config.workers > 1 or config.upgrade_socket is not None:
             from .server.supervisor import Supervisor
 
-            # The supervisor runs the control plane; its workers are Gateways.
-            server: Gateway | Supervisor = Supervisor(config)
+            # The supervisor runs the control plane (and the upgrade socket, even with one
+            # worker); its workers are Gateways.
+            server: Gateway | Supervisor = Supervisor(config, successor)
             config = server.config  # with the port it picked, if listen's was 0
         else:
             server = Gateway(config)

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import ipaddress
 import signal
+import socket
 import ssl
 import struct
 import time
@@ -42,6 +43,7 @@ from ..versions import (
     parse_upstream_api_versions,
 )
 from .features import FeatureGate
+from .handover_workers import answer_supervisor
 from .http import check_route, json_route, metrics_route, serve_http
 from .limit_counts import SharedCounts
 from .limits import ConnectionLimits
@@ -168,6 +170,13 @@ class Gateway:
         name = "bootstrap" if self.config.mode == "cluster" else "sidecar"
         name = "sni" if self.sni is not None else name
         await self._listen(name, self.config.listen, upstream)
+        handover = self.worker.handover if self.worker is not None else None
+        if handover is not None:
+            # Upgrade in place: serve the old worker's broker ports from the start, as it
+            # did (this worker learns of the brokers only from its own Metadata).
+            for broker, address, target in handover.brokers():
+                await self._listen(broker, address, target)
+            handover.close_unused()
         metrics_listen = self.config.metrics_listen
         if metrics_listen is not None:
             # A worker serves its own endpoint privately; the supervisor serves
@@ -199,6 +208,8 @@ class Gateway:
             http_port = self._http.sockets[0].getsockname()[1] if self._http else None
             self.worker.ready(http_port)
             self._spawn(self._watch_supervisor(self.worker))
+            if handover is not None:
+                self._spawn(answer_supervisor(self, handover.channel))
 
     async def start_control_plane(self) -> None:
         """Learn the upstream's versions and the finalized levels (FeatureStartupError:
@@ -282,18 +293,26 @@ class Gateway:
     async def _listen(self, name: str, address: HostPort, upstream: HostPort) -> None:
         self._listen_specs[name] = (address, upstream)
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: ClientConnection(self, name, upstream),
-            address.host,
-            address.port,
-            reuse_address=True,
-            # Workers each open their own listener on the same port and the kernel
-            # spreads connections over them. Chosen over sockets inherited from the
-            # supervisor because cluster mode opens broker listeners at run time, as
-            # Metadata reveals brokers: a worker can do that alone, with no hand-off.
-            reuse_port=self.worker is not None,
-            ssl=self.client_tls,
-        )
+        handover = self.worker.handover if self.worker is not None else None
+        inherited = handover.take(name, address) if handover is not None else None
+        if inherited is not None:
+            # Upgrade in place: the old gateway's socket, accept queue and all.
+            server = await loop.create_server(
+                lambda: ClientConnection(self, name, upstream), sock=inherited, ssl=self.client_tls
+            )
+        else:
+            server = await loop.create_server(
+                lambda: ClientConnection(self, name, upstream),
+                address.host,
+                address.port,
+                reuse_address=True,
+                # Workers each open their own listener on the same port and the kernel
+                # spreads connections over them. Chosen over sockets inherited from the
+                # supervisor because cluster mode opens broker listeners at run time, as
+                # Metadata reveals brokers: a worker can do that alone, with no hand-off.
+                reuse_port=self.worker is not None,
+                ssl=self.client_tls,
+            )
         self._servers[name] = server
         bound = server.sockets[0].getsockname()
         log.info(
@@ -306,6 +325,18 @@ class Gateway:
             tls=self.client_tls is not None,
             upstream_tls=self.upstream_tls is not None,
         )
+
+    def listening_sockets(self) -> list[tuple[str, HostPort, HostPort, socket.socket]]:
+        """Each listener's name, address, upstream and socket (a duplicate): what an
+        upgrade in place hands to the new gateway (gateway.server.handover)."""
+        out = []
+        for name, server in self._servers.items():
+            address, upstream = self._listen_specs[name]
+            for sock in server.sockets:
+                out.append(
+                    (name, address, upstream, socket.fromfd(sock.fileno(), sock.family, sock.type))
+                )
+        return out
 
     def _advertised_for(self, listener: str, bound_port: int) -> str:
         """The address clients are told for a listener (for the log line)."""
@@ -323,12 +354,14 @@ class Gateway:
     def _on_new_broker(self, node_id: int, address: HostPort) -> None:
         """Cluster mode: open (or re-point) the listener of a broker Metadata revealed."""
         name = f"broker-{node_id}"
+        port = self.config.cluster_port(node_id)
+        listen = HostPort(self.config.listen.host, port)
+        if name in self._servers and self._listen_specs.get(name) == (listen, address):
+            return  # served already (a socket inherited at an upgrade in place)
         old = self._servers.pop(name, None)
         if old is not None:
             log.info("gateway.broker_moved", node_id=node_id, upstream=str(address))
             old.close()
-        port = self.config.cluster_port(node_id)
-        listen = HostPort(self.config.listen.host, port)
 
         async def open_listener() -> None:
             try:

@@ -155,6 +155,8 @@ class FeatureGate:
             await asyncio.wait_for(loop.run_in_executor(None, client.close), timeout_s)
         except TimeoutError:
             log.warning("features.zookeeper_close_timed_out", timeout_s=timeout_s)
+        # Stopped once: an upgrade in place releases the registration before shutdown.
+        self._client = None
 
     # -- what the gateway supports -------------------------------------------------------
     def set_available(

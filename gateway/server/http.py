@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import socket
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -47,7 +48,12 @@ def check_route(check: Callable[[], tuple[bool, str]]) -> Route:
     return route
 
 
-async def serve_http(host: str, port: int, routes: dict[str, Route]) -> asyncio.Server:
+async def serve_http(
+    host: str, port: int, routes: dict[str, Route], sock: socket.socket | None = None
+) -> asyncio.Server:
+    """Serve ``routes`` on host:port, or on ``sock``: a listening socket handed over by
+    the gateway this one replaces (gateway.server.handover)."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -81,7 +87,10 @@ async def serve_http(host: str, port: int, routes: dict[str, Route]) -> asyncio.
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, host, port, reuse_address=True)
+    if sock is not None:
+        server = await asyncio.start_server(handle, sock=sock)
+    else:
+        server = await asyncio.start_server(handle, host, port, reuse_address=True)
     bound = server.sockets[0].getsockname()
     log.info("http.listening", address=f"{bound[0]}:{bound[1]}", paths=sorted(routes))
     return server

@@ -55,6 +55,8 @@ from ..observability.logging import RateLimitedLogger, configure_logging, get_lo
 from ..observability.merge import MetricsMerger, Parsed, parse
 from ..observability.metrics import Metrics
 from .app import Gateway
+from .handover import Listener, Successor, server_listeners
+from .handover_workers import SupervisorHandover, WorkerHandover
 from .http import Route, check_route, serve_http
 from .limit_counts import NO_LIMIT, SharedCounts
 from .limits import ConnectionLimits
@@ -104,7 +106,7 @@ class Slot:
 
 
 class Supervisor:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, successor: Successor | None = None) -> None:
         self._reserved: socket.socket | None = None
         if config.listen.port == 0:
             # Every worker must bind the same port: pick it once and hold it (bound,
@@ -124,6 +126,8 @@ class Supervisor:
         self._http: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._context = worker_context()
+        # Upgrade in place (``upgrade_socket``): gateway/server/handover.py.
+        self.handover = SupervisorHandover(config, successor)
         # The workers' shared connection counts; only when something is capped (else
         # each worker counts alone, lock-free, and never refuses).
         self.limit_counts: SharedCounts | None = None
@@ -152,7 +156,8 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGHUP, self.reload)
         try:
             await self.control.start_control_plane()
-            await self.control.features.register_now()
+            if self.handover.successor is None:  # else once the old one released the id
+                await self.control.features.register_now()
             if self.control.features.supported is None:
                 self._spawn_task(self._probe_until_known())
             if self.config.metrics_listen is not None:
@@ -161,11 +166,16 @@ class Supervisor:
                     self.config.metrics_listen.host,
                     self.config.metrics_listen.port,
                     self.routes(),
+                    sock=self.handover.metrics_socket(),
                 )
             for slot in self.slots:
                 self._start_worker(slot)
             await self._wait_until_serving()
+            await self.handover.after_serving(
+                self.control.features.register_now, self._own_listeners, self._release
+            )
         except BaseException:
+            self.handover.close()
             await self._stop_workers(grace_s=STOP_GRACE_S)
             await self.control.features.stop()
             if self._http is not None:
@@ -200,8 +210,21 @@ class Supervisor:
             if slot.alive and slot.process is not None and slot.process.pid is not None:
                 os.kill(slot.process.pid, signal.SIGHUP)
 
+    def _own_listeners(self) -> list[Listener]:
+        return server_listeners(self._http, self.config.metrics_listen)
+
+    async def _release(self) -> None:
+        """A successor serves (handover.py): it has the metrics listener and takes the
+        ZooKeeper registration; this gateway stops as on SIGTERM (its workers drain)."""
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        await self.control.features.stop()
+        self.request_stop("upgrade")
+
     async def shutdown(self) -> None:
         self.stopping = True  # readiness flips first
+        self.handover.close()
         await self._stop_workers(grace_s=self.config.drain_timeout_s + STOP_GRACE_S)
         for task in self._tasks:
             task.cancel()
@@ -239,12 +262,15 @@ class Supervisor:
     def _start_worker(self, slot: Slot) -> None:
         receive, send = self._context.Pipe(duplex=False)
         limits_path = self.limit_counts.path if self.limit_counts is not None else None
+        handover = self.handover.for_worker(slot.index)
         process = self._context.Process(
             target=run_worker,
             args=(self.config, slot.index, len(self.slots), os.getpid(), send, limits_path),
+            kwargs={"handover": handover},
             name=f"kafka-gateway-worker-{slot.index}",
         )
         process.start()
+        self.handover.started_worker(handover)
         send.close()  # the worker's end; ours reads
         slot.process, slot.conn = process, receive
         slot.started_at = time.monotonic()
@@ -501,6 +527,7 @@ def run_worker(
     parent_pid: int,
     conn: Connection,
     limits_path: str | None = None,
+    handover: WorkerHandover | None = None,
 ) -> None:
     """A worker process's main (the target multiprocessing spawns)."""
     import structlog
@@ -516,7 +543,7 @@ def run_worker(
     def ready(http_port: int | None) -> None:
         conn.send(("ready", http_port))
 
-    role = WorkerRole(index, count, parent_pid, ready, limits_path)
+    role = WorkerRole(index, count, parent_pid, ready, limits_path, handover)
     gateway = Gateway(config, _prebuilt_metrics, worker=role)
     try:
         uvloop.run(gateway.serve_forever())

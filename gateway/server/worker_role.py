@@ -10,6 +10,10 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .handover_workers import WorkerHandover
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,9 @@ class WorkerRole:
     # The supervisor's shared connection-limits table (``limit_counts.SharedCounts``);
     # None when no cap or creation rate is configured (nothing to share).
     limits_path: str | None = None
+    # Upgrade in place (``upgrade_socket``): the supervisor's channel for this worker's
+    # listening sockets, and the sockets it inherits from the old gateway's worker.
+    handover: WorkerHandover | None = None
 
     def orphaned(self) -> bool:
         # A worker's parent is the fork server, not the supervisor, so getppid() cannot
