@@ -20,6 +20,7 @@ import socket
 import struct
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.harness.procs import GatewayProcess
@@ -222,3 +223,56 @@ def test_memory_stays_bounded_while_limits_close_attackers(gateway_factory) -> N
     # Still serving.
     with connect(gw) as sock:
         assert served(sock)
+
+
+def api_versions_v0(correlation_id: int) -> bytes:
+    """ApiVersions v0, which the gateway answers itself (~470 bytes): without KIP-511's
+    client software name, so no identification log line each."""
+    body = struct.pack(">hhih", 18, 0, correlation_id, 1) + b"m"
+    return struct.pack(">i", len(body)) + body
+
+
+def metric(gw: GatewayProcess, name: str) -> float | None:
+    """``name`` summed over its labels; None while /metrics does not answer (the worker
+    answers the pipelined requests of a read in one go, which takes seconds here)."""
+    try:
+        return metric_sum(gw, name)
+    except OSError:  # a timeout
+        return None
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 2 * PATIENCE_S
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_idle_close_lets_go_of_what_a_client_that_stopped_reading_was_sent(
+    gateway_factory,
+) -> None:
+    # A client pipelines 25,000 requests and never reads an answer: they fill its
+    # socket's buffers, then the gateway's write buffer (megabytes, counted against the
+    # budget). Idle once every request is answered, it is closed by the idle timeout:
+    # at once, what it did not read dropped and its bytes given back to the budget,
+    # not kept (and closed again at every sweep) until the client reads or leaves.
+    gw = gateway_factory("--connections-max-idle-ms", "2000", metrics=True)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+    sock.settimeout(PATIENCE_S)
+    sock.connect((gw.host, gw.port))
+    with sock:
+        sock.sendall(b"".join(api_versions_v0(i) for i in range(25_000)))
+        wait_until(
+            lambda: (metric(gw, "kafka_gateway_queued_bytes") or 0) > 0,
+            "the gateway never held answers for the client",
+        )
+        wait_until(
+            lambda: (
+                metric(gw, "kafka_gateway_connections_active") == 0
+                and metric(gw, "kafka_gateway_queued_bytes") == 0
+            ),
+            "the idle client was closed but kept, with what it was sent",
+        )
+        time.sleep(1.0)  # two more idle timeouts' worth of sweeps
+        assert closed_by(gw, "idle") == 1
