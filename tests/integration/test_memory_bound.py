@@ -47,8 +47,8 @@ SENT = 20 * 1024 * 1024
 # Growth allowed over the budget while an attack runs: each paused connection may hold
 # one read past it (READ_BYTES, 120 kB: 6 MB for 50), a gathered frame is a bytearray
 # grown in steps (up to an eighth more than it holds), and each open connection costs
-# tens of kB of Python objects and socket state. Measured peak with the fix: 74-77 MiB
-# over the baseline, i.e. the budget and 10-13 MiB (without it: 74 MiB in the first
+# tens of kB of Python objects and socket state. Measured peak with the fix: 74-82 MiB
+# over the baseline, i.e. the budget and 10-18 MiB (without it: 74 MiB in the first
 # round, 325 MiB in the fifth).
 ATTACK_MARGIN = 48 * 1024 * 1024
 # Left over once every attacker has gone: what the workers' Python heaps grew by
