@@ -292,14 +292,21 @@ class HandoverServer:
             conn, _ = await loop.sock_accept(self._sock)
             conn.setblocking(False)
             if self._busy:
-                with contextlib.suppress(OSError):
-                    send(conn, {"op": "refused", "why": "another successor is starting"})
-                conn.close()
-                continue
-            self._busy = True
-            task = loop.create_task(self._hand_over(conn))
+                task = loop.create_task(self._refuse(conn))
+            else:
+                self._busy = True
+                task = loop.create_task(self._hand_over(conn))
             self._handovers.add(task)
             task.add_done_callback(self._handovers.discard)
+
+    async def _refuse(self, conn: socket.socket) -> None:
+        """Another successor is starting: say so (after its hello, read so the close
+        does not reset the connection before it reads the answer)."""
+        with contextlib.suppress(OSError, EOFError, TimeoutError, ValueError):
+            async with asyncio.timeout(5.0):
+                await recv(conn)
+            send(conn, {"op": "refused", "why": "another successor is starting"})
+        conn.close()
 
     async def _hand_over(self, conn: socket.socket) -> None:
         listeners: list[Listener] = []
