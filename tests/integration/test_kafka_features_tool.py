@@ -430,7 +430,7 @@ def test_release_version_is_all_or_nothing_in_kafka_features_sh_and_skips_in_fea
 def test_featurectl_downgrade_to_a_release_skips_metadata_version(
     side: Callable[..., Side],
 ) -> None:
-    """The README's promise for --release-version: features no gateway serves
+    """docs/features.md's promise for --release-version: features no gateway serves
     (metadata.version) are skipped with a note, the rest move to the release's levels."""
     b = side("gw-b", {TV: 2})
     ctl = b.featurectl("downgrade", "--release-version", "3.9", "--allow-downgrade")
