@@ -121,3 +121,23 @@ def test_the_project_commands_have_parsers_for_their_arguments() -> None:
         name for name, target in scripts.items() if not target.startswith("gateway.kafka_tools:")
     }
     assert ours == set(PROJECT_PARSERS)
+
+
+# "# Run:  COMMAND  (...)" in a config file's header: the command, up to two spaces.
+_RUN_COMMENT = re.compile(r"^#\s*Run:\s+(?P<command>.+?)(?:\s{2,}|$)", re.MULTILINE)
+
+
+def test_config_files_say_how_to_run_them_in_the_pasteable_form() -> None:
+    commands = [
+        (path, line)
+        for path in sorted((ROOT / "conf").glob("*.toml"))
+        for line in _RUN_COMMENT.findall(path.read_text())
+    ]
+    assert [_name(path) for path, _ in commands] == ["conf/gateway.toml"]
+    problems = [
+        f"{_name(path)}: {line}\n    {problem}"
+        for path, line in commands
+        for words in simple_commands(line)
+        if (problem := command_problem(words)) is not None
+    ]
+    assert problems == [], "\n".join(problems)
