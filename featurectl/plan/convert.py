@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from gateway.commands import add_command
 
 from .columnar import DATE_PARTITION, SAMPLES, SORT_KEY
+from .job import add_verbose_argument
 from .layout import PROM_SUFFIX, SCRAPES, STATE
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def add_convert_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
     parser.add_argument("--metrics", required=True, metavar="DIR", help="the text dataset")
     parser.add_argument("--out", required=True, metavar="DIR", help="where to write Parquet")
     parser.add_argument("--master", metavar="URL", help="Spark master [local[*]]")
+    add_verbose_argument(parser)
     parser.set_defaults(handler=run_convert, parser=parser)
     return parser
 
@@ -108,7 +110,7 @@ def run_convert(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     started = time.perf_counter()
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, verbose=args.verbose)
     try:
         rows = convert(spark, dataset_uri(str(source)), dataset_uri(str(out)))
     finally:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,19 @@ CLUSTER_JVM_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     "spark.executor.extraJavaOptions": f"{JIT_OPTIONS} -XX:+UseParallelGC",
 }
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# Where the driver of a local master listens (its block manager and RPC port): a plan
+# reads local files and needs no other machine, and an address on the LAN would let any
+# of them reach the driver. Spark's default is the address of the hostname, or of the
+# first interface when that resolves to loopback, which Spark warns about on every run.
+LOOPBACK = "127.0.0.1"
+# What the operator sets to choose the driver's address instead (any one of them).
+LOCAL_IP_ENV = "SPARK_LOCAL_IP"
+DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
+# Spark's log4j2 profile for the driver featurectl starts, unless --verbose: errors only
+# (featurectl/data/). A healthy run's WARN lines are about the machine, not the plan.
+QUIET_LOG4J2 = "plan-log4j2.properties"
+LOG4J2_PROPERTIES = ("-Dlog4j2.configurationFile=", "-Dlog4j.configurationFile=")
 SESSION_CONF = {
     # Timestamps in the report are UTC whatever the machine's zone.
     "spark.sql.session.timeZone": "UTC",
@@ -139,6 +153,12 @@ output (in --out): plan.json (machine-readable), report.md (with charts/*.png),
 
 state: --zookeeper reads finalized levels and live gateways now; without it the newest
        DIR/state/*.json snapshot is used, else the gateways' feature gauges.
+
+spark: a local master (the default) keeps the driver on 127.0.0.1; to bind it elsewhere
+       set SPARK_LOCAL_IP=ADDRESS, or --conf spark.driver.host=HOST (with
+       spark.driver.bindAddress=ADDRESS where the two differ). Spark logs errors only;
+       --verbose gives its usual logging (a log4j2.properties in SPARK_CONF_DIR applies
+       then) and says where the driver listens.
 
 exit codes: 0 plan written and every target is safe to apply now,
             1 plan written but some target is not safe yet (see report.md),
@@ -269,8 +289,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         metavar="KEY=VALUE",
         help="a Spark setting, e.g. spark.driver.memory=4g (repeatable)",
     )
+    add_verbose_argument(parser)
     parser.set_defaults(handler=run_plan, parser=parser)
     return parser
+
+
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    """``--verbose``, for every subcommand that starts Spark (``plan``, ``convert``)."""
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Spark's usual logging and the driver's address on stderr [errors only]",
+    )
 
 
 def add_plan_subcommand(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -310,12 +340,21 @@ def under_spark_submit() -> bool:
 
 
 def spark_session(
-    master: str | None, conf: Sequence[tuple[str, str]] = (), remote: str | None = None
+    master: str | None,
+    conf: Sequence[tuple[str, str]] = (),
+    remote: str | None = None,
+    *,
+    verbose: bool = False,
 ) -> SparkSession:
     """The planner's session: classic (``master``) or Spark Connect (``remote``).
 
     With ``remote`` the driver is the Connect server's; only session settings (SQL
     confs) travel, and the transforms run unchanged (they are DataFrame code only).
+
+    A driver JVM this starts (not spark-submit's, which runs already) logs errors only
+    unless ``verbose``, and on a local master listens on 127.0.0.1 unless the operator
+    chose an address (``SPARK_LOCAL_IP``, ``--conf spark.driver.host``/``bindAddress``,
+    or the same in spark-defaults.conf).
     """
     from pyspark.sql import SparkSession
 
@@ -323,14 +362,22 @@ def spark_session(
     if remote is not None:
         spark = SparkSession.builder.remote(remote).getOrCreate()
         _apply_session_conf(spark, given, cluster_set=set())
+        if verbose:
+            print(
+                f"featurectl: Spark {spark.version} through Spark Connect {remote}",
+                file=sys.stderr,
+            )
         return spark
-    if master is None and not under_spark_submit():
+    launching = not under_spark_submit()
+    if master is None and launching:
         master = DEFAULT_MASTER
     builder = SparkSession.builder.appName("featurectl-plan")
     settings = dict(APP_CONF)
+    defaults: dict[str, str] = {}
     if master is not None:
         builder = builder.master(master)
-        if master.startswith("local"):
+        local = master.startswith("local")
+        if local:
             jvm = JVM_CONF
             settings.update(LOCAL_CONF)
             # PySpark's helper processes (small local frames) must run this Python, not
@@ -338,21 +385,73 @@ def spark_session(
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         else:
             jvm = CLUSTER_JVM_CONF
-        defaults = spark_defaults_keys()
+        defaults = spark_defaults()
         settings.update({k: v for k, v in jvm.items() if k not in defaults})
+        if launching and local and loopback_driver(given, defaults):
+            # The JVM resolves its own address at launch, before any conf is read (and
+            # warns when the hostname is loopback): the environment PySpark starts it with.
+            os.environ[LOCAL_IP_ENV] = LOOPBACK
+            settings.update(dict.fromkeys(DRIVER_ADDRESS_KEYS, LOOPBACK))
     settings.update(given)
+    if launching and not verbose:
+        # Appended to whatever the driver's options are (ours, --conf's or the cluster's
+        # spark-defaults.conf): --conf replaces that file's value, not adds to it.
+        options = settings.get(DRIVER_JAVA_OPTIONS, defaults.get(DRIVER_JAVA_OPTIONS, ""))
+        settings[DRIVER_JAVA_OPTIONS] = quiet_java_options(options)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if not verbose:
+        # Under spark-submit the JVM logs as its profile says; the planner's own queries
+        # at least log errors only. (A driver featurectl started does so already.)
+        spark.sparkContext.setLogLevel("ERROR")
+    else:
+        _print_driver(spark)
     # What spark-defaults.conf and spark-submit --conf set (static conf of the app).
     cluster_set = {k for k, _ in spark.sparkContext.getConf().getAll()} - set(given)
     _apply_session_conf(spark, given, cluster_set)
     return spark
 
 
+def loopback_driver(given: Mapping[str, str], defaults: Mapping[str, str]) -> bool:
+    """Whether a local master's driver goes on 127.0.0.1: unless the operator chose an
+    address (``SPARK_LOCAL_IP``, or the driver's host or bind address by --conf or in
+    spark-defaults.conf)."""
+    if os.environ.get(LOCAL_IP_ENV):
+        return False
+    return not any(key in given or key in defaults for key in DRIVER_ADDRESS_KEYS)
+
+
+def quiet_java_options(options: str) -> str:
+    """The driver's Java ``options`` plus featurectl's errors-only log4j2 profile, unless
+    they name a log4j configuration of their own."""
+    if any(prop in options for prop in LOG4J2_PROPERTIES):
+        return options
+    # A file: URI has no spaces to quote (Spark splits these options as a shell would).
+    profile = Path(str(resources.files("featurectl").joinpath(f"data/{QUIET_LOG4J2}")))
+    return f"{options} {LOG4J2_PROPERTIES[0]}{profile.resolve().as_uri()}".strip()
+
+
+def _print_driver(spark: SparkSession) -> None:
+    """--verbose: where the driver listens (the first thing to check when executors or a
+    firewall cannot reach it)."""
+    conf = spark.sparkContext.getConf()
+    host = conf.get("spark.driver.host")
+    bind = conf.get("spark.driver.bindAddress", host)
+    print(
+        f"featurectl: Spark {spark.version} on {spark.sparkContext.master}, driver "
+        f"{host}:{conf.get('spark.driver.port')} (bound to {bind})",
+        file=sys.stderr,
+    )
+
+
 def spark_defaults_keys() -> set[str]:
     """The keys the spark-defaults.conf that spark-submit will read sets (none: empty)."""
+    return set(spark_defaults())
+
+
+def spark_defaults() -> dict[str, str]:
+    """What the spark-defaults.conf that spark-submit will read sets (none: empty)."""
     conf_dir = os.environ.get("SPARK_CONF_DIR")
     if conf_dir is None:
         home = os.environ.get("SPARK_HOME")
@@ -364,14 +463,16 @@ def spark_defaults_keys() -> set[str]:
     try:
         text = (Path(conf_dir) / "spark-defaults.conf").read_text()
     except OSError:
-        return set()
-    keys = set()
+        return {}
+    settings = {}
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
-            # Java properties: the key ends at whitespace, "=" or ":".
-            keys.add(re.split(r"[\s=:]", line, maxsplit=1)[0])
-    return keys
+            # Java properties: the key ends at whitespace, "=" or ":"; the separator is
+            # whitespace, or one "=" or ":" with whitespace around it.
+            key = re.split(r"[\s=:]", line, maxsplit=1)[0]
+            settings[key] = re.sub(r"^\s*[=:]?\s*", "", line[len(key) :])
+    return settings
 
 
 def _apply_session_conf(
@@ -742,7 +843,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if problem:
             print(f"featurectl plan: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    spark = spark_session(args.master, args.conf, remote=args.remote)
+    spark = spark_session(args.master, args.conf, remote=args.remote, verbose=args.verbose)
     try:
         data = compute_plan(spark, inputs)
     except (DatasetError, UsageError) as exc:

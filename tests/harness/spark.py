@@ -11,8 +11,11 @@ The pyspark wheel is a complete Spark distribution (``bin/spark-class``,
 
 They go through ``bin/spark-class``/``bin/spark-submit`` rather than ``java -cp`` because
 the launcher adds the ``--add-opens`` options Spark needs on Java 17. Every part binds
-127.0.0.1 (``SPARK_LOCAL_IP``), puts its web UI on a free port, and reads an empty
-``SPARK_CONF_DIR`` so a developer's spark-defaults.conf cannot change what a test runs.
+127.0.0.1 (``SPARK_LOCAL_IP``: ``spark_env``), puts its web UI on a free port, and reads
+an empty ``SPARK_CONF_DIR`` so a developer's spark-defaults.conf cannot change what a test
+runs. ``app_env`` is that environment without the address, for the planner's tests: a
+local master's driver must be on loopback by featurectl's own doing (a cluster's driver
+is given ``SPARK_LOCAL_IP`` by its test, as an operator gives it a reachable address).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "SparkConnectServer",
     "SparkMaster",
     "SparkWorker",
+    "app_env",
     "pyspark_home",
     "spark_env",
 ]
@@ -45,12 +49,10 @@ def pyspark_home() -> Path:
     return pyspark_jars_dir().parent
 
 
-def spark_env(workdir: Path, daemon_memory: str = DAEMON_MEMORY) -> dict[str, str]:
-    """The environment every Spark process of the harness runs with.
-
-    ``daemon_memory``: the heap of a master, a worker or a Connect server (spark-submit
-    counts the last as a daemon too and gives it this, not --driver-memory).
-    """
+def app_env(workdir: Path) -> dict[str, str]:
+    """The environment of a Spark application a test starts (``featurectl plan``,
+    ``spark-submit``): the tests' Spark and Python and an empty ``SPARK_CONF_DIR``, but
+    no address (nor any other ``SPARK_*`` of the caller's)."""
     conf_dir = Path(workdir) / "spark-conf"
     conf_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
@@ -58,11 +60,26 @@ def spark_env(workdir: Path, daemon_memory: str = DAEMON_MEMORY) -> dict[str, st
         {
             "SPARK_HOME": str(pyspark_home()),
             "SPARK_CONF_DIR": str(conf_dir),
+            # Executors and the Connect server run Python helpers with the tests' Python.
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
+    return env
+
+
+def spark_env(workdir: Path, daemon_memory: str = DAEMON_MEMORY) -> dict[str, str]:
+    """The environment every Spark daemon of the harness runs with: ``app_env`` on
+    127.0.0.1 (also what a cluster's driver needs here, its executors being on loopback).
+
+    ``daemon_memory``: the heap of a master, a worker or a Connect server (spark-submit
+    counts the last as a daemon too and gives it this, not --driver-memory).
+    """
+    env = app_env(workdir)
+    env.update(
+        {
             "SPARK_LOCAL_IP": LOOPBACK,
             "SPARK_LOCAL_HOSTNAME": LOOPBACK,
             "SPARK_DAEMON_MEMORY": daemon_memory,
-            # Executors and the Connect server run Python helpers with the tests' Python.
-            "PYSPARK_PYTHON": sys.executable,
         }
     )
     return env

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 from featurectl.plan import synth
+from tests.harness.ports import LOOPBACK
 from tests.harness.spark import (
     SparkConnectServer,
     SparkMaster,
     SparkWorker,
+    app_env,
     pyspark_home,
-    spark_env,
 )
 from tests.unit.test_plan_cli import SPEC
 
@@ -71,24 +72,38 @@ def connect_server(workdir: Path) -> Iterator[SparkConnectServer]:
         yield server
 
 
-def env(workdir: Path) -> dict[str, str]:
-    clean = spark_env(workdir)
+def env(workdir: Path, driver_ip: str | None = None) -> dict[str, str]:
+    """No SPARK_LOCAL_IP but ``driver_ip``: a local master's driver must be on loopback
+    by featurectl's doing; a cluster's, on an address its executors reach (here they
+    run on loopback), which is the operator's to give."""
+    clean = app_env(workdir)
     clean.pop("KAFKA_GATEWAY_ZOOKEEPER", None)
     # spark-submit runs job.py as a script: the project must be importable by the driver.
     clean["PYTHONPATH"] = str(REPO)
+    if driver_ip is not None:
+        clean["SPARK_LOCAL_IP"] = driver_ip
     return clean
 
 
-def run(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: list[str], workdir: Path, driver_ip: str | None = None
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        argv, capture_output=True, text=True, env=env(workdir), timeout=RUN_TIMEOUT_S, cwd=REPO
+        argv,
+        capture_output=True,
+        text=True,
+        env=env(workdir, driver_ip),
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO,
     )
     # 1: written, and the synthetic fleet's targets are not safe yet.
     assert done.returncode == 1, done.stderr[-4000:]
     return done
 
 
-def featurectl_plan(dataset: Path, out: Path, workdir: Path, *args: str) -> dict[str, Any]:
+def featurectl_plan(
+    dataset: Path, out: Path, workdir: Path, *args: str, driver_ip: str | None = None
+) -> dict[str, Any]:
     run(
         [
             sys.executable,
@@ -103,6 +118,7 @@ def featurectl_plan(dataset: Path, out: Path, workdir: Path, *args: str) -> dict
             *args,
         ],
         workdir,
+        driver_ip,
     )
     return json.loads((out / "plan.json").read_text())
 
@@ -154,6 +170,7 @@ def test_plan_on_a_standalone_cluster_equals_the_local_plan(
         master.url,
         "--conf",
         f"spark.executor.memory={EXECUTOR_MEMORY}",
+        driver_ip=LOOPBACK,
     )
     assert comparable(plan) == comparable(local_plan)
     assert_ran_on_both_workers(master, workers, before)
@@ -185,6 +202,7 @@ def test_plan_through_spark_submit_on_the_cluster_equals_the_local_plan(
             *TARGETS,
         ],
         workdir,
+        LOOPBACK,
     )
     assert "transaction.version: 1 -> 2 (upgrade): NOT safe yet" in done.stdout
     plan = json.loads((out / "plan.json").read_text())

@@ -10,21 +10,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from featurectl.plan import synth
+from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES
 from featurectl.plan.layout import STATE
+from tests.harness.spark import app_env
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 240
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Four gateways, one of them in front of an old broker; a restart; clients as in synth.
 SPEC = synth.SynthSpec(gateways=4, scrapes=8, old_gateways=1, restart_gateway=1)
+# What the JVM itself may say on stderr before Spark runs: Spark's launcher always adds
+# --add-modules=jdk.incubator.vector, and the JDK announces an incubator module with no
+# switch to silence it. Nothing of Spark's.
+JVM_NOTICES = {"WARNING: Using incubator modules: jdk.incubator.vector"}
+# A line of Spark's log4j2 layout (its default one and featurectl's): "yy/MM/dd HH:mm:ss LEVEL".
+LOG4J_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR) ", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +51,14 @@ def env() -> dict[str, str]:
     return clean
 
 
-def featurectl(*args: str) -> subprocess.CompletedProcess[str]:
+def featurectl(
+    *args: str, environ: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "featurectl", *args],
         capture_output=True,
         text=True,
-        env=env(),
+        env=dict(environ) if environ is not None else env(),
         timeout=RUN_TIMEOUT_S,
         cwd=REPO,
     )
@@ -166,6 +178,102 @@ def test_without_state_or_targets_it_plans_what_the_gauges_allow(dataset, tmp_pa
     assert "ZK_HOST:2181" in plan["steps"][0]["command"]
 
 
+def spark_noise(stderr: str) -> list[str]:
+    """The lines of ``stderr`` that are not the JVM's own notices."""
+    return [line for line in stderr.splitlines() if line not in JVM_NOTICES]
+
+
+@pytest.mark.slow
+def test_a_local_plan_is_quiet_and_keeps_the_driver_on_loopback(dataset, tmp_path) -> None:
+    """The default master, as an operator runs it: no SPARK_LOCAL_IP (loopback must be
+    featurectl's doing) and an empty SPARK_CONF_DIR (Spark's default logging, which
+    warns here of the hostname resolving to loopback and of no native Hadoop library)."""
+    environ = app_env(tmp_path / "spark")
+    assert not [k for k in environ if k.startswith("SPARK_LOCAL")]
+    args = ["plan", "--metrics", str(dataset), "--target", "kraft.version=1"]
+
+    quiet = featurectl(*args, "--out", str(tmp_path / "quiet"), environ=environ)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "kraft.version: 0 -> 1 (upgrade): safe now" in quiet.stdout
+    for noise in ("loopback address", "native-hadoop", "Setting default log level", "log4j"):
+        assert noise not in quiet.stderr
+    assert not LOG4J_LINE.search(quiet.stderr)
+    # Nothing else either (a progress bar, a WARN of another layout): the JVM's notice only.
+    assert spark_noise(quiet.stderr) == []
+
+    loud = featurectl(*args, "--out", str(tmp_path / "verbose"), "--verbose", environ=environ)
+    assert loud.returncode == 0, loud.stderr[-3000:]
+    # Spark's own logging is back: its profile's banner, and its shell-level notice.
+    assert "Using Spark's default log4j profile" in loud.stderr
+    assert 'Setting default log level to "WARN"' in loud.stderr
+    # The address Spark really configured its driver with, from its own conf.
+    assert re.search(
+        r"^featurectl: Spark \S+ on local\[\*\], driver 127\.0\.0\.1:\d+ "
+        r"\(bound to 127\.0\.0\.1\)$",
+        loud.stderr,
+        re.M,
+    ), loud.stderr
+    assert "loopback address" not in loud.stderr
+    verdicts = [
+        json.loads((tmp_path / d / "plan.json").read_text())["verdicts"]
+        for d in ("quiet", "verbose")
+    ]
+    assert verdicts[0] == verdicts[1] != []
+
+
+@pytest.mark.slow
+def test_a_failing_job_still_says_why_without_verbose(tmp_path) -> None:
+    """Quiet is errors only, not silence: a dataset Spark cannot read fails the run, and
+    stderr names the file and what is wrong with it."""
+    metrics = tmp_path / "metrics"
+    day = metrics / SAMPLES / "date=2025-01-06"
+    day.mkdir(parents=True)
+    (day / f"part-00000{PARQUET_SUFFIX}").write_text("not parquet\n")
+    out = tmp_path / "plan"
+    done = featurectl(
+        "plan",
+        "--metrics",
+        str(metrics),
+        "--master",
+        "local[1]",
+        "--out",
+        str(out),
+        environ=app_env(tmp_path / "spark"),
+    )
+    assert done.returncode != 0
+    assert not (out / "plan.json").exists()
+    assert f"part-00000{PARQUET_SUFFIX} is not a Parquet file" in done.stderr
+    # Spark's ERROR lines stay (the task that failed, the job it aborted); no WARN does.
+    levels = {m[1] for m in LOG4J_LINE.finditer(done.stderr)}
+    assert levels == {"ERROR"}, levels
+
+
+def test_the_driver_stays_where_the_operator_put_it(monkeypatch) -> None:
+    """Loopback only when neither SPARK_LOCAL_IP nor the driver's address is given."""
+    from featurectl.plan import job
+
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    assert job.loopback_driver({}, {})
+    assert job.loopback_driver({"spark.driver.memory": "4g"}, {})
+    assert not job.loopback_driver({"spark.driver.host": "10.0.0.5"}, {})
+    assert not job.loopback_driver({}, {"spark.driver.bindAddress": "0.0.0.0"})
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.5")
+    assert not job.loopback_driver({}, {})
+
+
+def test_quiet_logging_adds_to_the_drivers_java_options() -> None:
+    from featurectl.plan import job
+
+    options = job.quiet_java_options(job.JIT_OPTIONS)
+    assert options.startswith(f"{job.JIT_OPTIONS} -Dlog4j2.configurationFile=file:///")
+    profile = Path(options.rsplit("=file://", 1)[1])
+    assert profile.name == job.QUIET_LOG4J2 and "rootLogger.level = error" in profile.read_text()
+    assert job.quiet_java_options("") == options.removeprefix(f"{job.JIT_OPTIONS} ")
+    # An operator's own log4j configuration is theirs to keep.
+    own = "-Xss4m -Dlog4j2.configurationFile=/etc/spark/log4j2.properties"
+    assert job.quiet_java_options(own) == own
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -235,12 +343,15 @@ def test_jvm_options_yield_to_the_clusters_spark_defaults(tmp_path, monkeypatch)
                 "spark.executor.extraJavaOptions  -XX:+UseG1GC",
                 "spark.driver.memory=4g",
                 "spark.eventLog.enabled: true",
+                "spark.driver.host = 10.0.0.5",
                 "",
             )
         )
     )
-    assert job.spark_defaults_keys() == {
-        "spark.executor.extraJavaOptions",
-        "spark.driver.memory",
-        "spark.eventLog.enabled",
+    assert job.spark_defaults() == {
+        "spark.executor.extraJavaOptions": "-XX:+UseG1GC",
+        "spark.driver.memory": "4g",
+        "spark.eventLog.enabled": "true",
+        "spark.driver.host": "10.0.0.5",
     }
+    assert job.spark_defaults_keys() == set(job.spark_defaults())
