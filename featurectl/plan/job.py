@@ -176,6 +176,8 @@ class PlanInputs:
     catalogue: Catalogue
     targets: Mapping[str, int]
     zookeeper: str | None = None
+    # The --catalogue file as given (None: the built-in one), for the plan's own commands.
+    catalogue_path: str | None = None
     chroot: str = DEFAULT_CHROOT
     out: Path = Path(DEFAULT_OUT)
     since: datetime | None = None
@@ -698,6 +700,7 @@ def _snapshot_state(spark: SparkSession, inputs: PlanInputs, root: str) -> LiveS
         "time_ms": snapshot.time_ms,
         "zookeeper": inputs.zookeeper or snapshot.zookeeper,
         "chroot": snapshot.chroot or inputs.chroot,
+        "catalogue": inputs.catalogue_path,
         "epoch": snapshot.finalized.epoch,
         "finalized": dict(snapshot.finalized.levels),
         "gateway_ids": gateway_ids,
@@ -755,6 +758,7 @@ def _metrics_state(
         "time_ms": None,
         "zookeeper": None,
         "chroot": inputs.chroot,
+        "catalogue": inputs.catalogue_path,
         "epoch": int(epoch),
         "finalized": finalized,
         "gateway_ids": gateway_ids,
@@ -823,6 +827,7 @@ def run_plan(args: argparse.Namespace) -> int:
         inputs = PlanInputs(
             metrics=args.metrics,
             catalogue=catalogue,
+            catalogue_path=args.catalogue,
             targets=_check_targets(args.target, catalogue),
             zookeeper=args.zookeeper,
             chroot=args.chroot,

@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.commands import shell_command
 from gateway.features.store import DEFAULT_CHROOT
 
 if TYPE_CHECKING:
@@ -33,16 +34,34 @@ REPORT_CLIENT_ROWS = 40
 
 
 def featurectl_command(verb: str, state: Mapping[str, Any], *features: str) -> str:
-    """The exact featurectl command line for ``verb`` against the plan's ZooKeeper."""
-    parts = ["featurectl", verb, "--zookeeper", state.get("zookeeper") or ZOOKEEPER_PLACEHOLDER]
-    chroot = state.get("chroot")
-    if chroot and chroot != DEFAULT_CHROOT:
-        parts += ["--chroot", chroot]
+    """The exact featurectl command line for ``verb`` against the plan's ZooKeeper, as a
+    new shell where the plan ran runs it (``.venv/bin/featurectl`` from a checkout)."""
+    parts = [shell_command("featurectl"), verb, *_where(state)]
     for feature in features:
         parts += ["--feature", feature]
     if verb in ("downgrade", "disable"):
         parts.append("--allow-downgrade")
     return " ".join(parts)
+
+
+def _where(state: Mapping[str, Any]) -> list[str]:
+    """--zookeeper (and --chroot unless the default): the gateways the plan is about."""
+    where = ["--zookeeper", state.get("zookeeper") or ZOOKEEPER_PLACEHOLDER]
+    chroot = state.get("chroot")
+    if chroot and chroot != DEFAULT_CHROOT:
+        where += ["--chroot", chroot]
+    return where
+
+
+def collect_again_command(state: Mapping[str, Any], wanted: str) -> str:
+    """Collect 20 rounds from the same gateways, then plan ``wanted`` again with the
+    same catalogue: the check after clients were moved."""
+    featurectl, where = shell_command("featurectl"), " ".join(_where(state))
+    catalogue = f" --catalogue {state['catalogue']}" if state.get("catalogue") else ""
+    return (
+        f"{featurectl} collect {where} --out metrics-recheck --rounds 20 && "
+        f"{featurectl} plan --metrics metrics-recheck {where}{catalogue} --target {wanted}"
+    )
 
 
 def _range(blocker: Mapping[str, Any]) -> str:
@@ -137,9 +156,7 @@ def build_steps(
                 v,
                 "check",
                 "Collect again and check that nobody uses them any more.",
-                "featurectl collect --zookeeper "
-                f"{state.get('zookeeper') or ZOOKEEPER_PLACEHOLDER} --out metrics-recheck "
-                f"--rounds 20 && featurectl plan --metrics metrics-recheck --target {wanted}",
+                collect_again_command(state, wanted),
                 False,
             )
         if v["kind"] == "upgrade":

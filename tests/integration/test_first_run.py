@@ -29,7 +29,13 @@ from tests.conftest import require_tool
 from tests.harness import LOOPBACK, KafkaConnection, ManagedProcess, free_port, port_accepts
 from tests.harness.apache_kafka import KRAFT_VERSION
 from tests.harness.kafka_wire import parse_features
-from tests.harness.shell import ROOT, markdown_shell_blocks, new_shell_env, simple_commands
+from tests.harness.shell import (
+    ROOT,
+    command_problem,
+    markdown_shell_blocks,
+    new_shell_env,
+    simple_commands,
+)
 from tests.unit.test_help_examples import examples, help_epilogs
 
 RUN = ROOT / "scripts" / "run"
@@ -208,6 +214,17 @@ def test_the_readme_walkthrough_runs_as_printed(first_run: FirstRun, tmp_path: P
     assert len(ran) >= 8
     # `plan`'s output directory, as the walkthrough's last comment says.
     assert (tmp_path / "kgw-plan" / "report.md").is_file()
+    # The plan's own steps print commands too: each runs as printed from here.
+    plan = json.loads((tmp_path / "kgw-plan" / "plan.json").read_text())
+    printed = [step["command"] for step in plan["steps"] if step["command"]]
+    assert printed, plan["steps"]
+    problems = [
+        (line, problem)
+        for line in printed
+        for words in simple_commands(line)
+        if (problem := command_problem(words)) is not None
+    ]
+    assert problems == []
 
 
 # Help examples that only read, or validate and get refused, against the live stack;

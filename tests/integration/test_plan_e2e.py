@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from featurectl.plan.columnar import SAMPLES
 from featurectl.plan.layout import SCRAPES, STATE
+from gateway.commands import shell_command
 from gateway.features.store import FeatureStore
 from gateway.features.znode import Registration
 from tests.conftest import GatewayFactory
@@ -48,6 +49,9 @@ from tests.integration.test_features import (
     start_gateway,
     wait_for,
 )
+
+# How the plan's commands name featurectl, run from here (gateway.commands).
+FEATURECTL = shell_command("featurectl")
 
 DESCRIBE_CLUSTER = 60
 # What the harness's raw connection announces in ApiVersions v3 (KIP-511).
@@ -203,7 +207,7 @@ def test_collect_then_plan_with_real_gateways_and_clients(
     )
     finalize = [s["command"] for s in plan["steps"] if s["kind"] == "command"]
     assert finalize == [
-        f"featurectl finalize --zookeeper {zookeeper.connect_string} --chroot {CHROOT} "
+        f"{FEATURECTL} finalize --zookeeper {zookeeper.connect_string} --chroot {CHROOT} "
         f"--feature {FEATURE}=2"
     ]
 

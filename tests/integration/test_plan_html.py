@@ -22,8 +22,12 @@ from typing import Any
 
 from featurectl.plan.job import PlanData, PlanInputs
 from featurectl.plan.report import write_report
+from gateway.commands import shell_command
 from gateway.features.catalogue import load_catalogue
 from tests.conftest import require_tool
+
+# How the plan's commands name featurectl, run from here (gateway.commands).
+FEATURECTL = shell_command("featurectl")
 
 # Wide and tall enough that the whole report lays out without scrolling.
 WINDOW = (1200, 5000)
@@ -202,7 +206,7 @@ def test_html_report_is_one_file_whose_charts_render_in_chromium(tmp_path: Path)
     # Self-contained: nothing fetched, the charts inside the file.
     assert not re.search(r"""(src|href)=["'](?!data:)""", html)
     assert html.count('src="data:image/png;base64,') == len(CHARTS)
-    assert "librdkafka 2.6.1" in html and "featurectl disable --zookeeper zk-0:2181" in html
+    assert "librdkafka 2.6.1" in html and f"{FEATURECTL} disable --zookeeper zk-0:2181" in html
 
     # Alone in a directory (as an operator gets it by mail): the probe must see it whole.
     mailed = tmp_path / "mail"

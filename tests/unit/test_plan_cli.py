@@ -22,7 +22,11 @@ import pytest
 from featurectl.plan import synth
 from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES
 from featurectl.plan.layout import STATE
+from gateway.commands import shell_command
 from tests.harness.spark import app_env
+
+# How the plan's commands name featurectl, run from here (gateway.commands).
+FEATURECTL = shell_command("featurectl")
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 240
@@ -117,9 +121,9 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(dataset, tmp
 
     commands = [s["command"] for s in plan["steps"] if s["kind"] == "command"]
     assert commands == [
-        "featurectl disable --zookeeper zk-0.example:2181 --feature group.version "
+        f"{FEATURECTL} disable --zookeeper zk-0.example:2181 --feature group.version "
         "--allow-downgrade",
-        "featurectl finalize --zookeeper zk-0.example:2181 --feature transaction.version=2",
+        f"{FEATURECTL} finalize --zookeeper zk-0.example:2181 --feature transaction.version=2",
     ]
     assert all(not s["safe_now"] for s in plan["steps"])
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from featurectl.plan.report import build_steps, featurectl_command
+from featurectl.plan.report import build_steps, collect_again_command, featurectl_command
+from gateway.commands import shell_command
+from tests.harness.shell import command_problem, simple_commands
+
+# How the plan's commands name featurectl, run from here (gateway.commands).
+FEATURECTL = shell_command("featurectl")
 
 STATE = {"zookeeper": "zk-0:2181", "chroot": "/kafka-gateway"}
 
@@ -43,17 +48,17 @@ def client(feature: str, level: int, name: str, version: str, requests: float) -
 def test_commands_carry_zookeeper_chroot_and_the_downgrade_flag() -> None:
     state = {"zookeeper": "zk-0:2181,zk-1:2181", "chroot": "/team-a/gw"}
     assert featurectl_command("downgrade", state, "transaction.version=1") == (
-        "featurectl downgrade --zookeeper zk-0:2181,zk-1:2181 --chroot /team-a/gw "
+        f"{FEATURECTL} downgrade --zookeeper zk-0:2181,zk-1:2181 --chroot /team-a/gw "
         "--feature transaction.version=1 --allow-downgrade"
     )
     assert featurectl_command("finalize", STATE, "group.version=1") == (
-        "featurectl finalize --zookeeper zk-0:2181 --feature group.version=1"
+        f"{FEATURECTL} finalize --zookeeper zk-0:2181 --feature group.version=1"
     )
 
 
 def test_without_a_known_zookeeper_commands_show_a_placeholder() -> None:
     assert featurectl_command("describe", {"zookeeper": None, "chroot": None}) == (
-        "featurectl describe --zookeeper ZK_HOST:2181"
+        f"{FEATURECTL} describe --zookeeper ZK_HOST:2181"
     )
 
 
@@ -81,10 +86,10 @@ def test_safe_targets_come_first_and_blocked_ones_list_their_prerequisites() -> 
     ]
     assert "gw-old (supports 0-1)" in steps[1]["action"]
     assert steps[2]["command"] == (
-        "featurectl describe --zookeeper zk-0:2181 --feature transaction.version"
+        f"{FEATURECTL} describe --zookeeper zk-0:2181 --feature transaction.version"
     )
     assert steps[3]["command"] == (
-        "featurectl finalize --zookeeper zk-0:2181 --feature transaction.version=2"
+        f"{FEATURECTL} finalize --zookeeper zk-0:2181 --feature transaction.version=2"
     )
 
 
@@ -101,7 +106,7 @@ def test_a_blocked_disable_names_the_clients_then_rechecks_then_disables() -> No
     assert "3.6.0" not in steps[0]["action"]
     assert "--target group.version=0" in steps[1]["command"]
     assert steps[2]["command"] == (
-        "featurectl disable --zookeeper zk-0:2181 --feature group.version --allow-downgrade"
+        f"{FEATURECTL} disable --zookeeper zk-0:2181 --feature group.version --allow-downgrade"
     )
 
 
@@ -109,3 +114,16 @@ def test_an_upgrade_nobody_vouches_for_asks_for_a_live_gateway() -> None:
     steps = build_steps([verdict("group.version", 1, 0, "upgrade", False)], [], [], STATE)
     assert [s["kind"] for s in steps] == ["manual", "command"]
     assert "no live gateway" in steps[0]["action"]
+
+
+def test_the_recheck_collects_from_the_same_gateways_and_plans_with_the_same_catalogue() -> None:
+    state = {"zookeeper": "zk-0:2181", "chroot": "/team-a/gw", "catalogue": "conf/features.toml"}
+    command = collect_again_command(state, "group.version=1")
+    assert command == (
+        f"{FEATURECTL} collect --zookeeper zk-0:2181 --chroot /team-a/gw --out metrics-recheck "
+        f"--rounds 20 && {FEATURECTL} plan --metrics metrics-recheck --zookeeper zk-0:2181 "
+        "--chroot /team-a/gw --catalogue conf/features.toml --target group.version=1"
+    )
+    # Pasted into a new shell in the repository root: found, and featurectl's parsers
+    # accept every argument.
+    assert [command_problem(words) for words in simple_commands(command)] == [None, None]
