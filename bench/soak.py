@@ -122,6 +122,14 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
+def start_ticks(pid: int) -> int:
+    """When the process started (clock ticks after boot; 0 when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def fd_count(pid: int) -> int | None:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -163,6 +171,7 @@ class Ledger:
     reads: int = 0
     redelivered: int = 0  # the same (partition, offset) read again: at-least-once
     foreign: int = 0  # values that are not a sequence number of this run
+    outstanding: int = 0  # acked, not consumed yet
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @staticmethod
@@ -174,7 +183,8 @@ class Ledger:
 
     def ack(self, seq: int) -> None:
         with self.lock:
-            self._mark(self.acked, seq)
+            if self._mark(self.acked, seq) == 1 and not self._at(self.consumed, seq):
+                self.outstanding += 1
 
     def read(self, partition: int, offset: int, seq: int) -> None:
         with self.lock:
@@ -183,14 +193,15 @@ class Ledger:
             if self._mark(seen, offset) > 1:
                 self.redelivered += 1
                 return
-            self._mark(self.consumed, seq)
+            # A record may be read before its delivery report is served: either order.
+            if self._mark(self.consumed, seq) == 1 and self._at(self.acked, seq):
+                self.outstanding -= 1
 
     def missing(self) -> int:
-        """Acked records not consumed yet."""
+        """Acked records not consumed yet (kept as a count: an hours-long run's drain
+        asks twice a second)."""
         with self.lock:
-            return sum(
-                1 for seq, a in enumerate(self.acked) if a and not self._at(self.consumed, seq)
-            )
+            return self.outstanding
 
     @staticmethod
     def _at(array: bytearray, index: int) -> int:
@@ -398,8 +409,9 @@ def api_versions_v0(correlation_id: int) -> bytes:
 
 @dataclass(frozen=True)
 class Attack:
-    """One kind of hostile connection: where it comes from, how many at once, what it
-    sends, and which limit must cut it (and so by when)."""
+    """One kind of hostile connection: where it comes from (its own address, so the
+    per-IP cap counts each kind apart), how many at once, and which limit must cut it
+    (and so by when); what it sends is in ``attackers_loop``."""
 
     name: str
     source: str
@@ -643,11 +655,14 @@ def run_fault(
         os.kill(gw.pid, signal.SIGHUP)
         return "SIGHUP to the supervisor"
     if name == "worker_kill":
-        workers = sorted(p for p, role in gateway_processes(gw.pid).items() if role == "worker")
+        # The youngest worker: the first is killed, then its replacement each cycle, so
+        # the other lives through the whole run and its RSS slope covers the second half.
+        workers = [p for p, role in gateway_processes(gw.pid).items() if role == "worker"]
         if not workers:
             return "no worker to kill"
-        os.kill(workers[0], signal.SIGKILL)
-        return f"SIGKILL worker {workers[0]}"
+        victim = max(workers, key=lambda pid: (start_ticks(pid), pid))
+        os.kill(victim, signal.SIGKILL)
+        return f"SIGKILL worker {victim}"
     if name == "zookeeper_restart":
         zk.restart()
         return f"ZooKeeper restarted on port {zk.port}"
@@ -685,7 +700,8 @@ def percentile(values: list[float], q: float) -> float:
 def analyse_processes(samples: list[Sample], duration_s: float) -> dict[str, Any]:
     """Per process: RSS start/end/max and its slope over the second half of the run,
     counting a process only from min(60 s, a quarter of the run) after it was first seen
-    (a restarted worker's warm-up is not a leak)."""
+    (a restarted worker's warm-up is not a leak), and only when that leaves at least
+    min(120 s, a quarter of the run) of samples."""
     series: dict[int, list[tuple[float, float, int | None]]] = {}
     roles: dict[int, str] = {}
     for s in samples:
@@ -694,11 +710,15 @@ def analyse_processes(samples: list[Sample], duration_s: float) -> dict[str, Any
                 series.setdefault(pid, []).append((s.t, rss / 1024, fds))
                 roles[pid] = role
     warm = min(60.0, duration_s / 4)
+    # A slope over a few samples is noise (a restarted worker seen for 30 s of the
+    # second half): judge only a process seen for long enough of it.
+    least_span = min(120.0, duration_s / 4)
     out: dict[str, Any] = {}
     for pid, points in series.items():
         first = points[0][0]
         judged = [(t, mb) for t, mb, _ in points if t >= duration_s / 2 and t >= first + warm]
-        slope = slope_per_min(judged)
+        long_enough = judged and judged[-1][0] - judged[0][0] >= least_span
+        slope = slope_per_min(judged) if long_enough else None
         out[f"{roles[pid]} {pid}"] = {
             "pid": pid,
             "role": roles[pid],

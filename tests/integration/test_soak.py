@@ -146,12 +146,14 @@ def test_a_lost_record_fails_the_soak() -> None:
         ledger.read(offset % 3, offset, seq)
     ledger.read(0, 0, 0)  # offset 0 of partition 0 read again: redelivered, not lost
     report = passing_report(soak, ledger)
+    assert ledger.missing() == 1  # what the soak's drain waits for
     assert report["records"]["lost"] == 1
     assert report["records"]["lost_examples"] == [7]
     assert report["records"]["duplicates_in_log"] == 1
     assert report["records"]["redelivered"] == 1
     assert soak.verdict(report, max_slope=1.0) == ["1 acked records never consumed"]
     ledger.read(1, 10, 7)
+    assert ledger.missing() == 0
     assert soak.verdict(passing_report(soak, ledger), max_slope=1.0) == []
 
 
