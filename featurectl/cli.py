@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import errno
 import getpass
 import json
 import logging
@@ -25,7 +27,7 @@ import os
 import socket
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict
 
 from kazoo.exceptions import (
@@ -39,7 +41,13 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from rich.console import Console
 
-from gateway.commands import add_command, shell_command, wrap
+from gateway.commands import (
+    add_command,
+    exit_on_closed_stdout,
+    shell_command,
+    version_text,
+    wrap,
+)
 from gateway.features.catalogue import load_catalogue
 from gateway.features.store import (
     DEFAULT_CHROOT,
@@ -287,34 +295,58 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def _zookeeper_security_options(group: argparse._ArgumentGroup) -> None:
+def _zookeeper_security_options(group: argparse._ArgumentGroup, *, top_level: bool) -> None:
     """TLS and SASL towards ZooKeeper, as the gateway's [zookeeper_tls] / zookeeper_sasl."""
     group.add_argument(
         "--zookeeper-sasl",
         metavar="USER:PASSWORD",
         type=zookeeper_auth,
-        default=os.environ.get(ZOOKEEPER_SASL_ENV) or None,
+        default=_default(os.environ.get(ZOOKEEPER_SASL_ENV) or None, top_level),
         help=f"authenticate with SASL DIGEST-MD5 (server JAAS DigestLoginModule) "
         f"[${ZOOKEEPER_SASL_ENV}]",
     )
     group.add_argument(
         "--zookeeper-tls",
         action="store_true",
+        default=_default(False, top_level),
         help="connect to ZooKeeper's secureClientPort over TLS",
     )
     group.add_argument(
-        "--zookeeper-tls-ca", metavar="PEM", help="CA that signs ZooKeeper's certificate"
+        "--zookeeper-tls-ca",
+        metavar="PEM",
+        default=_default(None, top_level),
+        help="CA that signs ZooKeeper's certificate",
     )
     group.add_argument(
-        "--zookeeper-tls-cert", metavar="PEM", help="client certificate (mutual TLS)"
+        "--zookeeper-tls-cert",
+        metavar="PEM",
+        default=_default(None, top_level),
+        help="client certificate (mutual TLS)",
     )
-    group.add_argument("--zookeeper-tls-key", metavar="PEM", help="its private key")
+    group.add_argument(
+        "--zookeeper-tls-key",
+        metavar="PEM",
+        default=_default(None, top_level),
+        help="its private key",
+    )
     group.add_argument(
         "--zookeeper-tls-no-check-hostname",
         dest="zookeeper_tls_check_hostname",
         action="store_false",
+        default=_default(True, top_level),
         help="verify ZooKeeper's certificate chain but not the name in it",
     )
+
+
+def _default(value: object, top_level: bool) -> object:
+    """The default of an option accepted before and after the command word.
+
+    Only the top-level parser has the real default: the subcommand's copy has none
+    (SUPPRESS), so the subparser, whose namespace argparse copies over the top-level one,
+    sets the attribute only when the option is given after the command word, and that
+    position wins when both are given.
+    """
+    return value if top_level else argparse.SUPPRESS
 
 
 def _zookeeper_tls(args: argparse.Namespace) -> ZooKeeperTls | None:
@@ -331,35 +363,41 @@ def _zookeeper_tls(args: argparse.Namespace) -> ZooKeeperTls | None:
     return ZooKeeperTls(*tls_files, check_hostname=args.zookeeper_tls_check_hostname)
 
 
-def _common_options(outputs: tuple[str, ...] = ("table", "json")) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("ZooKeeper and output")
+def _zookeeper_options(group: argparse._ArgumentGroup, *, top_level: bool = False) -> None:
+    """--zookeeper and its companions, accepted before and after the command word (as
+    --bootstrap-server is: ``featurectl --zookeeper zk:2181 describe``)."""
     group.add_argument(
         "--zookeeper",
         metavar="CONNECT",
-        default=os.environ.get(ZOOKEEPER_ENV) or None,
+        default=_default(os.environ.get(ZOOKEEPER_ENV) or None, top_level),
         help=f"ZooKeeper connect string host:port[,host:port] [${ZOOKEEPER_ENV}]",
     )
     group.add_argument(
         "--chroot",
-        default=DEFAULT_CHROOT,
-        help="the gateways' ZooKeeper path (gateway config 'zookeeper' chroot) [%(default)s]",
+        default=_default(DEFAULT_CHROOT, top_level),
+        help=f"the gateways' ZooKeeper path (gateway config 'zookeeper' chroot) [{DEFAULT_CHROOT}]",
     )
     group.add_argument(
         "--zookeeper-auth",
         metavar="USER:PASSWORD",
         type=zookeeper_auth,
-        default=os.environ.get(ZOOKEEPER_AUTH_ENV) or None,
+        default=_default(os.environ.get(ZOOKEEPER_AUTH_ENV) or None, top_level),
         help=f"authenticate with ZooKeeper's digest scheme [${ZOOKEEPER_AUTH_ENV}]",
     )
-    _zookeeper_security_options(group)
+    _zookeeper_security_options(group, top_level=top_level)
     group.add_argument(
         "--timeout",
         metavar="SECONDS",
         type=positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
-        help="how long to wait for the ZooKeeper or gateway connection [%(default)g]",
+        default=_default(DEFAULT_TIMEOUT_S, top_level),
+        help=f"how long to wait for the ZooKeeper or gateway connection [{DEFAULT_TIMEOUT_S:g}]",
     )
+
+
+def _common_options(outputs: tuple[str, ...] = ("table", "json")) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("ZooKeeper and output")
+    _zookeeper_options(group)
     group.add_argument("--output", choices=list(outputs), default="table")
     _kafka_options(common.add_argument_group("Kafka protocol (instead of --zookeeper)"))
     return common
@@ -459,6 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=version_text("featurectl"))
+    _zookeeper_options(
+        parser.add_argument_group("ZooKeeper (also accepted after the command word, which wins)"),
+        top_level=True,
     )
     _kafka_options(
         parser.add_argument_group("Kafka protocol (also accepted after the command word)"),
@@ -581,15 +624,21 @@ def build_parser() -> argparse.ArgumentParser:
             "Ask each gateway for ApiVersions and print the BrokerSoftwareName/Version "
             "tagged fields it adds."
         ),
-        epilog="example:\n  featurectl brokers --bootstrap gw-0:9092",
+        epilog="examples:\n  featurectl brokers --bootstrap gw-0:9092\n"
+        "  featurectl --bootstrap-server gw-0:9092 brokers\n\n"
+        + wrap(
+            "--bootstrap-server: the addresses are the brokers a Metadata request through "
+            "it lists, as a Kafka client sees them (through a gateway: the gateway "
+            "listeners it advertises)."
+        ),
     )
     brokers.add_argument(
         "--bootstrap",
         action="append",
-        required=True,
         metavar="HOST:PORT",
         help="a gateway address (repeat for several)",
     )
+    _kafka_options(brokers.add_argument_group("Kafka protocol (instead of --bootstrap)"))
     brokers.add_argument("--output", choices=["table", "json"], default="table")
     brokers.add_argument(
         "--name-tag", type=int, default=10000, help="tag of BrokerSoftwareName [10000]"
@@ -599,10 +648,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     brokers.set_defaults(handler=_brokers, parser=brokers)
     add_planner_subcommands(commands)
+    for name in ("collect", "plan"):
+        _defer_to_top_level(commands.choices[name], ("zookeeper", "chroot"))
     return parser
 
 
+def _defer_to_top_level(parser: argparse.ArgumentParser, dests: tuple[str, ...]) -> None:
+    """Let the top-level --zookeeper/--chroot reach a command that defines its own.
+
+    collect and plan define them with the same defaults as the top level (their parsers
+    are used standalone too, so they keep them there); under featurectl the subparser's
+    default would overwrite a value given before the command word, so it is dropped
+    here, and the top level's default stands in for it.
+    """
+    for action in parser._actions:
+        if action.dest in dests:
+            if action.help:
+                action.help = action.help.replace("%(default)s", str(action.default))
+            action.default = argparse.SUPPRESS
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            # Flushed here rather than at interpreter exit, so that a reader that went
+            # away (``| head``) surfaces below and not as "Exception ignored" on stderr;
+            # argparse's own output (--help, --version) then exits through here too.
+            sys.stdout.flush()
+    except BrokenPipeError as error:
+        return exit_on_closed_stdout(error)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -712,7 +792,15 @@ def _console() -> Console:
     # Not a terminal (a pipe, a file): no colour and no width limit, so every row stays
     # on one line for grep/awk instead of being folded at 80 columns.
     width = None if sys.stdout.isatty() else 10_000
-    return Console(width=width, highlight=False)
+    return _Console(width=width, highlight=False)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's own answer to a reader that went away is exit 1; hand it to main()
+        # instead, so that every command ends alike (exit 141, nothing on stderr).
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 # --------------------------------------------------------------------------------------
@@ -738,15 +826,7 @@ def _describe(args: argparse.Namespace) -> int:
         answering = registrations
     rows = describe_rows(finalized, answering, load_catalogue())
     if args.feature:
-        known = {row.feature for row in rows}
-        unknown = [name for name in args.feature if name not in known]
-        if unknown:
-            raise CliError(
-                EXIT_REJECTED,
-                f"unknown feature {', '.join(unknown)}: not in the catalogue, any live "
-                "gateway's registration or the finalized levels "
-                f"(known: {', '.join(sorted(known))})",
-            )
+        _check_feature_names(args.feature, {row.feature for row in rows})
         rows = [row for row in rows if row.feature in args.feature]
     if args.output == "kafka":
         for line in kafka_describe_lines(rows, answering):
@@ -766,6 +846,46 @@ def _describe(args: argparse.Namespace) -> int:
     else:
         console.print(f"No live gateway is registered under {gateway_ids}.")
     return EXIT_OK
+
+
+def _check_feature_names(names: Iterable[str], known: Collection[str]) -> None:
+    """Refuse --feature names nothing knows, as a usage error (exit 2), naming the
+    closest known one: a misspelt name is a typo to fix, not a request a gateway should
+    judge (and "not supported" from it would not say which name was meant).
+
+    ``known``: the built-in catalogue, every gateway's supported features and the
+    finalized levels, so a feature finalized but since dropped can still be disabled.
+    """
+    unknown = [name for name in dict.fromkeys(names) if name not in known]
+    if not unknown:
+        return
+    guesses = []
+    for name in unknown:
+        # Above difflib's 0.6: every name ends in ".version", which alone makes
+        # no.such.version look like share.version.
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        guesses.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    raise CliError(
+        EXIT_USAGE,
+        f"unknown feature {', '.join(guesses)}; known features: {', '.join(sorted(known))}",
+    )
+
+
+def _known_features(finalized: Finalized, *supported: Mapping[str, tuple[int, int]]) -> set[str]:
+    """What an update's --feature may name: as describe's rows (catalogue, gateways,
+    finalized levels)."""
+    known = set(load_catalogue()) | set(finalized.levels)
+    for ranges in supported:
+        known |= set(ranges)
+    return known
+
+
+def _feature_names(args: argparse.Namespace) -> list[str]:
+    """The names --feature gave (NAME for disable, NAME=LEVEL otherwise); none with
+    --release-version, whose names come from the release table."""
+    if not args.feature:
+        return []
+    return [item if isinstance(item, str) else item[0] for item in args.feature]
 
 
 def _as_registration(address: str, described: Described) -> Registration:
@@ -869,6 +989,9 @@ def _update(args: argparse.Namespace) -> int:
         with _store(args) as store:
             finalized = store.read()
             supported = store.supported_by_gateway()
+            _check_feature_names(
+                _feature_names(args), _known_features(finalized, *supported.values())
+            )
             known = _servable(finalized, *supported.values())
             updates = _requested_updates(args, finalized, known)
             if not updates:
@@ -910,6 +1033,7 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
         described = client.describe()
         client.authenticate()
         finalized = described.finalized
+        _check_feature_names(_feature_names(args), _known_features(finalized, described.supported))
         known = _servable(finalized, described.supported)
         updates = _requested_updates(args, finalized, known)
         if not updates:
@@ -940,10 +1064,20 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
 @contextlib.contextmanager
 def _kafka(args: argparse.Namespace) -> Iterator[KafkaClient]:
     """A connected KafkaClient; connection and --command-config failures exit 2."""
-    config = ClientConfig()
+    config = _client_config(args)
     try:
-        if args.command_config is not None:
-            config = load_command_config(args.command_config)
+        with KafkaClient(args.bootstrap_server, config, args.timeout) as client:
+            yield client
+    except KafkaClientError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+
+
+def _client_config(args: argparse.Namespace) -> ClientConfig:
+    """--command-config's settings (plaintext without it); an unusable file exits 2."""
+    if args.command_config is None:
+        return ClientConfig()
+    try:
+        config = load_command_config(args.command_config)
     except CommandConfigError as exc:
         raise CliError(EXIT_USAGE, str(exc)) from None
     if config.unknown_keys:
@@ -951,11 +1085,7 @@ def _kafka(args: argparse.Namespace) -> Iterator[KafkaClient]:
             f"warning: --command-config keys featurectl ignores: {', '.join(config.unknown_keys)}",
             file=sys.stderr,
         )
-    try:
-        with KafkaClient(args.bootstrap_server, config, args.timeout) as client:
-            yield client
-    except KafkaClientError as exc:
-        raise CliError(EXIT_USAGE, str(exc)) from None
+    return config
 
 
 def _version_mapping(args: argparse.Namespace) -> int:
@@ -976,13 +1106,9 @@ def _version_mapping(args: argparse.Namespace) -> int:
 def _feature_dependencies(args: argparse.Namespace) -> int:
     table = release_table()
     known = {name for levels in table.releases.values() for name in levels}
+    _check_feature_names([name for name, _ in args.feature], known)
     code = EXIT_OK
     for name, level in args.feature:
-        if name not in known:
-            print(f"error: unknown feature {name} (known: {', '.join(sorted(known))})",
-                  file=sys.stderr)  # fmt: skip
-            code = EXIT_REJECTED
-            continue
         if level > table.max_level(name):
             # kafka-features.sh's words and exit code for a level its release lacks.
             print(f"No feature:{name} with feature level {level}", file=sys.stderr)
@@ -1001,9 +1127,19 @@ def _feature_dependencies(args: argparse.Namespace) -> int:
 def _brokers(args: argparse.Namespace) -> int:
     from gateway.interceptors.api_versions import SoftwareTags
 
-    from .brokers import describe_brokers
+    from .brokers import advertised_brokers, describe_brokers
 
-    rows = describe_brokers(args.bootstrap, SoftwareTags(args.name_tag, args.version_tag))
+    if (args.bootstrap is None) == (args.bootstrap_server is None):
+        args.parser.error("pass --bootstrap HOST:PORT (repeatable) or --bootstrap-server HOST:PORT")
+    config = _client_config(args)
+    addresses = args.bootstrap
+    if args.bootstrap_server is not None:
+        try:
+            addresses = advertised_brokers(args.bootstrap_server, config)
+        except (KafkaClientError, ValueError) as exc:
+            raise CliError(EXIT_USAGE, str(exc)) from None
+    tags = SoftwareTags(args.name_tag, args.version_tag)
+    rows = describe_brokers(addresses, tags, config=config)
     if args.output == "json":
         print(json.dumps([asdict(r) for r in rows], indent=2))
     else:

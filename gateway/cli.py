@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .commands import pasteable, shell_command
+from .commands import exit_on_closed_stdout, pasteable, shell_command, version_text
 from .config import Config, ConfigError, HostPort, load_config
 from .observability.logging import RateLimitedLogger, configure_logging, get_logger
 
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=pasteable(EPILOG),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=version_text("kafka-gateway"))
     p.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
     p.add_argument("--listen", metavar="HOST:PORT", help="where clients connect [127.0.0.1:9092]")
     p.add_argument(
@@ -246,7 +247,16 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        finally:
+            # --help and --version print and exit; flushed here so that ``| head`` ends
+            # them without a BrokenPipeError traceback. Only this part prints to stdout:
+            # a BrokenPipeError while serving is a real failure and is not caught.
+            sys.stdout.flush()
+    except BrokenPipeError as error:
+        return exit_on_closed_stdout(error)
     overrides = {
         "listen": args.listen,
         "upstream": args.upstream,

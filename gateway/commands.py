@@ -82,3 +82,51 @@ def add_command(
         **options,
     )
     return parser
+
+
+def version_text(tool: str) -> str:
+    """``--version``'s line: the installed distribution's version, else the source tree's
+    (a checkout run with ``python -m`` and no installation)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("kafka-gateway")
+    except metadata.PackageNotFoundError:
+        from gateway import __version__ as version
+    return f"{tool} {version}"
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (``| head`` exited).
+
+    poll() reports POLLERR on the write end of such a pipe; a BrokenPipeError from
+    anything else (a socket, a child's pipe) is a real failure and is not hidden.
+    """
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(mask & select.POLLERR for _, mask in events)
+
+
+def exit_on_closed_stdout(error: BrokenPipeError) -> int:
+    """The exit of a tool whose reader went away: no traceback, status 141 (128 + SIGPIPE,
+    what ``| head`` leaves coreutils with, so ``set -o pipefail`` sees the same).
+
+    Python's advice (docs.python.org/3/library/signal.html#note-on-sigpipe): point stdout
+    at /dev/null, else the flush at interpreter exit fails again and prints "Exception
+    ignored". Re-raises ``error`` when stdout is not what broke.
+    """
+    if not stdout_closed():
+        raise error
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_SIGPIPE
+
+
+EXIT_SIGPIPE = 128 + 13

@@ -22,6 +22,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from featurectl.features import feature_updates, plan_updates
+from gateway.commands import EXIT_SIGPIPE
 from gateway.features.store import EpochConflict, FeatureStore, make_client
 from gateway.features.znode import NO_EPOCH, Finalized, Registration, encode_registration
 from tests.harness import ZooKeeperProcess, free_port
@@ -194,8 +195,69 @@ def test_describe_without_gateways_says_none_is_live(cluster: Cluster) -> None:
 
 def test_describe_of_an_unknown_feature_is_rejected(cluster: Cluster) -> None:
     result = cluster.run("describe", "--feature", "no.such.version")
-    assert result.returncode == 1
-    assert result.stderr.startswith("error: unknown feature no.such.version:")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown feature no.such.version; known features: ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("describe", "--feature", "group.verison"),
+        ("finalize", "--feature", "group.verison=1"),
+        ("upgrade", "--feature", "group.verison=1", "--dry-run"),
+        ("downgrade", "--feature", "group.verison=0", "--allow-downgrade"),
+        ("disable", "--feature", "group.verison", "--allow-downgrade"),
+    ],
+)
+def test_a_misspelt_feature_is_a_usage_error_that_suggests_the_known_one(
+    cluster: Cluster, args: tuple[str, ...]
+) -> None:
+    # A feature only this gateway and the finalized levels know counts as known too.
+    cluster.gateway("gw-a", group_version=(0, 1), gateway_only_version=(0, 1))
+    cluster.store.write({"group.version": 1}, expected_epoch=NO_EPOCH)
+    result = cluster.run(*args)
+    assert (result.returncode, result.stdout) == (2, ""), result
+    error, known = result.stderr.removesuffix("\n").split("; known features: ")
+    assert error == "error: unknown feature group.verison (did you mean group.version?)"
+    assert {"group.version", "gateway.only.version", "transaction.version"} <= set(
+        known.split(", ")
+    )
+    assert cluster.finalized() == Finalized({"group.version": 1}, 0)
+
+
+def test_zookeeper_options_before_the_command_word(cluster: Cluster) -> None:
+    """As --bootstrap-server: ``featurectl --zookeeper ZK --chroot C describe``; given on
+    both sides, the one after the command word wins."""
+    cluster.gateway("gw-a", group_version=(0, 1))
+    where = ("--zookeeper", cluster.connect, "--chroot", cluster.chroot)
+    before = featurectl(*where, "describe", "--output", "json")
+    assert_ok(before)
+    after = cluster.run("describe", "--output", "json")
+    assert before.stdout == after.stdout
+    assert [g["id"] for g in json.loads(before.stdout)["gateways"]] == ["gw-a"]
+    unreachable = f"127.0.0.1:{free_port()}"
+    wins = featurectl("--zookeeper", unreachable, "--chroot", "/elsewhere", "finalize",
+                      "--feature", "group.version=1", *where)  # fmt: skip
+    assert_ok(wins)
+    assert cluster.finalized() == Finalized({"group.version": 1}, 0)
+
+
+def test_describe_into_a_closed_pipe_ends_without_a_traceback(cluster: Cluster) -> None:
+    """``featurectl describe ... | head -1`` where head has gone before featurectl writes."""
+    cluster.gateway("gw-a", group_version=(0, 1))
+    for output in ("table", "json", "kafka"):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "featurectl", "describe", "--output", output,
+                 "--zookeeper", cluster.connect, "--chroot", cluster.chroot],
+                stdout=write_end, stderr=subprocess.PIPE, text=True, env=featurectl_env(),
+                timeout=RUN_TIMEOUT_S,
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+        assert (done.returncode, done.stderr) == (EXIT_SIGPIPE, ""), output
 
 
 # -- finalize ----------------------------------------------------------------------------

@@ -295,3 +295,65 @@ def test_sasl_login_through_the_gateway_with_command_config(
         assert len(broker.authenticated_sessions()) == 1
     finally:
         broker.close()
+
+
+def test_a_misspelt_feature_through_a_gateway_is_a_usage_error_that_suggests_the_known_one(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    """As over ZooKeeper: refused before any UpdateFeatures, exit 2, the closest name
+    (the answering gateway's supported features count as known: test.version is only in
+    its catalogue)."""
+    gw = _gateways(gateway_factory, zookeeper, store, tmp_path, ALLOW_LOCALHOST)
+    paths = Paths(zookeeper, gw)
+    for args in [
+        ("describe", "--feature", "test.verison"),
+        ("finalize", "--feature", "test.verison=1"),
+        ("upgrade", "--feature", "test.verison=1", "--dry-run"),
+        ("downgrade", "--feature", "test.verison=0", "--allow-downgrade"),
+        ("disable", "--feature", "test.verison", "--allow-downgrade"),
+    ]:
+        result = paths.kafka(*args)
+        assert (result.returncode, result.stdout) == (2, ""), result
+        error, known = result.stderr.removesuffix("\n").split("; known features: ")
+        assert error == "error: unknown feature test.verison (did you mean test.version?)"
+        assert {"group.version", "test.version"} <= set(known.split(", "))
+        assert paths.zk(*args).stderr == result.stderr, args  # both paths know the same
+    assert store.read() == Finalized({}, -1)
+
+
+def test_brokers_with_bootstrap_server_lists_what_metadata_advertises(
+    gateway_factory: GatewayFactory,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+) -> None:
+    """featurectl brokers --bootstrap-server: the brokers a Metadata request through the
+    gateway lists (a sidecar gateway advertises itself), each asked for its software as
+    --bootstrap does; before or after the command word."""
+    gw = _gateways(gateway_factory, zookeeper, store, tmp_path, ALLOW_LOCALHOST)
+    bootstrap = f"{gw.host}:{gw.port}"
+    explicit = featurectl("brokers", "--bootstrap", bootstrap, "--output", "json")
+    assert_ok(explicit)
+    for argv in (
+        ("--bootstrap-server", bootstrap, "brokers", "--output", "json"),
+        ("brokers", "--bootstrap-server", bootstrap, "--output", "json"),
+    ):
+        listed = featurectl(*argv)
+        assert_ok(listed)
+        assert listed.stdout == explicit.stdout
+    assert [row["address"] for row in json.loads(explicit.stdout)] == [bootstrap]
+    table = featurectl("--bootstrap-server", bootstrap, "brokers")
+    assert_ok(table)
+    assert table.stdout.splitlines()[0].split() == [
+        "Gateway",
+        "BrokerSoftwareName",
+        "BrokerSoftwareVersion",
+    ]
+    assert table.stdout.splitlines()[1].split()[0] == bootstrap
+    unreachable = f"127.0.0.1:{free_port()}"
+    refused = featurectl("--bootstrap-server", unreachable, "brokers")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"error: cannot connect to {unreachable}: ")

@@ -307,18 +307,36 @@ def test_upgrade_and_dry_run_agree_with_featurectl(side: Callable[..., Side]) ->
     }
     assert a.read() == Finalized({ELR: 1, TV: 2, "group.version": 1}, 1)
 
-    # Refusals: the same level, a level no gateway serves, an unknown feature, and an
-    # upgrade to a lower level: each with the gateway's own text, nothing written.
+    # Refusals: the same level, a level no gateway serves, and an upgrade to a lower
+    # level: each with the gateway's own text, nothing written.
     for args, text in [
         (f"{ELR}=1", "to the same value"),
         (f"{ELR}=2", f"{GATEWAY_ID} (supports 0-1)"),
-        ("no.such.version=1", "the provided feature is not supported"),
         (f"{TV}=1", "without setting the downgrade flag"),
     ]:
         refused = both("--feature", args, "--dry-run")
         assert not refused.ok and len(refused.messages) == 1, args
         assert text in next(iter(refused.messages)), args
+    assert_unknown_name_is_featurectls_usage_error(a, b, "upgrade", "no.such.version=1")
     assert a.read() == Finalized({ELR: 1, TV: 2, "group.version": 1}, 1)
+
+
+def assert_unknown_name_is_featurectls_usage_error(
+    tool_side: Side, ctl_side: Side, command: str, feature: str
+) -> None:
+    """Where featurectl parts from the tool on purpose (issue 31): a feature name nothing
+    knows. The tool sends it and relays the gateway's refusal (exit 1); featurectl
+    refuses it itself as a usage error (exit 2), listing the known names, and sends
+    nothing. Neither writes."""
+    before = ctl_side.read()
+    extra = ("--allow-downgrade",) if command != "upgrade" else ()
+    tool = tool_verdict(tool_side.tool(command, "--feature", feature))
+    assert not tool.ok, tool
+    ctl = ctl_side.featurectl(command, "--feature", feature, *extra)
+    name = feature.partition("=")[0]
+    assert ctl.returncode == 2, ctl
+    assert ctl.stderr.startswith(f"error: unknown feature {name}; known features: "), ctl
+    assert ctl_side.read() == before
 
 
 def test_downgrade_and_disable_agree_with_featurectl_given_allow_downgrade(
@@ -346,7 +364,7 @@ def test_downgrade_and_disable_agree_with_featurectl_given_allow_downgrade(
     assert both("disable", "--feature", ELR, "--dry-run").levels == {(ELR, 0)}
     assert both("disable", "--feature", ELR).ok
     assert a.read() == Finalized({TV: 1}, 2)
-    assert not both("disable", "--feature", "no.such.version").ok
+    assert_unknown_name_is_featurectls_usage_error(a, b, "disable", "no.such.version")
     assert a.read() == Finalized({TV: 1}, 2)
 
 

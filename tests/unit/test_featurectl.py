@@ -1,12 +1,17 @@
 """featurectl's pure parts: describe rows, update plans, their text/JSON, argument parsing.
 
 No ZooKeeper here (tests/integration/test_featurectl.py runs the CLI against a real one);
-command lines that are refused before connecting run in-process.
+command lines that are refused before connecting run in-process, and the ones that need
+no connection at all (--version, output into a closed pipe) as processes.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import shlex
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -24,6 +29,8 @@ from featurectl.features import (
     outcome_lines,
     plan_updates,
 )
+from gateway import __version__
+from gateway.commands import EXIT_SIGPIPE
 from gateway.features.catalogue import parse_catalogue
 from gateway.features.store import EpochConflict
 from gateway.features.validation import UpgradeType
@@ -388,3 +395,96 @@ def test_help_teaches_examples_output_and_exit_codes(
     assert f"featurectl {command} --" in text  # an example
     for section in ("examples:", "json (--output json)", "exit codes:", "--zookeeper"):
         assert section in text
+
+
+# -- issue 31 item 5: options before the command word, --version, typos, | head -----------
+
+
+def test_zookeeper_options_are_taken_before_the_command_word_and_after_wins() -> None:
+    parse = cli.build_parser().parse_args
+    before = parse(["--zookeeper", "a:1", "--chroot", "/x", "--zookeeper-tls", "describe"])
+    assert (before.zookeeper, before.chroot, before.zookeeper_tls) == ("a:1", "/x", True)
+    both = parse(["--zookeeper", "a:1", "--chroot", "/x", "finalize", "--zookeeper", "b:1",
+                  "--feature", "group.version=1"])  # fmt: skip
+    assert (both.zookeeper, both.chroot) == ("b:1", "/x")
+    neither = parse(["describe"])
+    assert (neither.chroot, neither.timeout, neither.zookeeper_tls_check_hostname) == (
+        "/kafka-gateway",
+        cli.DEFAULT_TIMEOUT_S,
+        True,
+    )
+    # collect and plan keep their own --zookeeper/--chroot; the top-level ones reach them.
+    collect = parse(["--zookeeper", "a:1", "--chroot", "/x", "collect", "--out", "d"])
+    assert (collect.zookeeper, collect.chroot) == ("a:1", "/x")
+    plan = parse(["--chroot", "/x", "plan", "--metrics", "m", "--out", "o", "--chroot", "/y"])
+    assert plan.chroot == "/y"
+
+
+def test_feature_dependencies_of_a_misspelt_feature_suggests_the_known_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["feature-dependencies", "--feature", "group.verison=1", "--feature", "nope=1"]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        "error: unknown feature group.verison (did you mean group.version?), nope; "
+        "known features: eligible.leader.replicas.version, group.version, "
+    )
+
+
+def _tool(module: str) -> list[str]:
+    return [sys.executable, "-m", module]
+
+
+@pytest.mark.parametrize(("module", "name"), [("featurectl", "featurectl"),
+                                              ("gateway", "kafka-gateway")])  # fmt: skip
+def test_version_prints_the_tool_and_its_version(module: str, name: str) -> None:
+    done = subprocess.run([*_tool(module), "--version"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{name} {__version__}\n", "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["featurectl", "version-mapping"],
+        ["featurectl", "feature-dependencies", "--feature", "metadata.version=27"],
+        ["featurectl", "--help"],
+        ["featurectl", "describe", "--help"],
+        ["gateway", "--help"],
+        ["gateway", "--version"],
+    ],
+)
+def test_a_reader_that_went_away_ends_the_tool_without_a_traceback(argv: list[str]) -> None:
+    """stdout is a pipe whose read end is already closed, so the first write fails (as
+    after ``| head -1`` exits): no traceback, and 141 (SIGPIPE's) or 0 for argparse's
+    own output, which argparse itself writes ignoring the error."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([*_tool(argv[0]), *argv[1:]], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert done.stderr == ""
+    assert done.returncode in (0, EXIT_SIGPIPE)
+    if argv[1] == "version-mapping":
+        assert done.returncode == EXIT_SIGPIPE
+
+
+def test_version_mapping_piped_to_head_prints_one_line_and_no_traceback() -> None:
+    """The pipelines of the issue, through bash. ``head -1`` reads the whole (one-write)
+    output before it exits, so featurectl ends 0; ``head -n 0`` exits without reading,
+    so featurectl's write finds no reader: 141, which ``set -o pipefail`` reports as it
+    does for coreutils (``yes | head -n 0``)."""
+    featurectl = shlex.join(_tool("featurectl"))
+    script = (
+        f"set -o pipefail; {featurectl} version-mapping | head -1; echo rc=$?; "
+        f"{featurectl} version-mapping | head -n 0; echo rc=$?"
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == ["eligible.leader.replicas.version=1", "rc=0",
+                                        f"rc={EXIT_SIGPIPE}"]  # fmt: skip
+    assert done.stderr == ""
