@@ -209,7 +209,9 @@ class Gateway:
             self.worker.ready(http_port)
             self._spawn(self._watch_supervisor(self.worker))
             if handover is not None:
-                self._spawn(answer_supervisor(self, handover.channel))
+                self._spawn(
+                    answer_supervisor(self.worker.index, self.listening_sockets, handover.channel)
+                )
 
     async def start_control_plane(self) -> None:
         """Learn the upstream's versions and the finalized levels (FeatureStartupError:

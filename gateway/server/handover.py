@@ -267,8 +267,13 @@ class HandoverServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a crashed gateway's, or the predecessor's (released)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sock.bind(self.path)
-        os.chmod(self.path, 0o600)  # whoever connects gets the listening sockets
+        # Whoever connects gets the listening sockets: the path is the owner's from the
+        # moment it exists (a chmod after the bind would leave a window).
+        umask = os.umask(0o177)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(umask)
         sock.listen(4)
         sock.setblocking(False)
         self._sock, self._inode = sock, os.stat(self.path).st_ino
@@ -276,9 +281,17 @@ class HandoverServer:
         log.info("handover.listening", path=self.path)
 
     def close(self) -> None:
-        """Stop listening; remove the path unless a successor has bound its own there."""
+        """Stop listening; remove the path unless a successor has bound its own there.
+        Handovers under way stop too, but for the one calling (it has taken over)."""
         if self._task is not None:
             self._task.cancel()
+        try:
+            current = asyncio.current_task()
+        except RuntimeError:  # no running loop
+            current = None
+        for task in self._handovers:
+            if task is not current:
+                task.cancel()
         if self._sock is not None:
             self._sock.close()
             self._sock = None

@@ -17,7 +17,6 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..config import Config, HostPort, parse_host_port
 from ..observability.logging import get_logger
@@ -34,9 +33,6 @@ from .handover import (
     send,
     send_listeners,
 )
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 log = get_logger("gateway.handover")
 
@@ -74,7 +70,14 @@ class WorkerHandover:
         self.inherited.clear()
 
 
-async def answer_supervisor(gateway: Gateway, channel: socket.socket) -> None:
+#: Each listener's name, address, upstream and a duplicate of its socket
+#: (Gateway.listening_sockets).
+ListeningSockets = Callable[[], list[tuple[str, HostPort, HostPort, socket.socket]]]
+
+
+async def answer_supervisor(
+    worker_index: int, listening_sockets: ListeningSockets, channel: socket.socket
+) -> None:
     """In a worker: answer the supervisor's requests for this worker's listening sockets
     (the supervisor is handing them to a successor)."""
     channel.setblocking(False)
@@ -85,10 +88,9 @@ async def answer_supervisor(gateway: Gateway, channel: socket.socket) -> None:
             return  # the supervisor is gone; the worker notices that on its own
         if request.get("op") != "listeners":
             continue
-        assert gateway.worker is not None
         listeners = [
-            Listener(name, address.host, address.port, str(upstream), gateway.worker.index, sock)
-            for name, address, upstream, sock in gateway.listening_sockets()
+            Listener(name, address.host, address.port, str(upstream), worker_index, sock)
+            for name, address, upstream, sock in listening_sockets()
         ]
         try:
             send_listeners(channel, listeners)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import stat
 import threading
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def test_the_sockets_pass_over_and_accept_in_the_new_process(tmp_path: Path) -> 
     old_socket = listening()
     old = OldSide(path, [old_socket])
     try:
+        # Only the owner may connect (and so receive the listening sockets).
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         successor = Successor.connect(path)
         assert successor is not None
         (item,) = successor.listeners
