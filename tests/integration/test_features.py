@@ -304,10 +304,12 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
             "upstream": "127.0.0.1:2",
             "zookeeper": zookeeper.connect_string,
             "zookeeper_chroot": CHROOT,
-            # Long enough that the session outlives the ZooKeeper restart below, short
-            # enough that a reconnect attempt caught by the restarting server (kazoo waits
-            # a session timeout for its answer; seen in CI) leaves time for the next one.
-            "zookeeper_timeout_s": 12.0,
+            # Long enough that the session outlives the ZooKeeper restart below (a JVM
+            # start: 14 s once on a loaded 2-core CI box, which lost a 12 s session and
+            # with it the point of the test), short enough that a reconnect attempt
+            # caught by the restarting server (kazoo waits a session timeout for its
+            # answer; seen in CI) leaves time for the next one within the wait below.
+            "zookeeper_timeout_s": 20.0,
             "features_catalogue": catalogue(tmp_path, "a", CATALOGUE_A),
         }
     )
@@ -344,7 +346,7 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
             await _until(
                 lambda: [r.gateway_id for r in store.registrations()] == ["gw-r"],
                 "registration after reconnect",
-                timeout=45,
+                timeout=60,
             )
             assert gate._client.client_id == session  # resumed, not a new session
             assert len(calls) == 2
