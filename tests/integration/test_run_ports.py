@@ -54,6 +54,18 @@ def scratch_dirs(tmpdir: Path) -> list[Path]:
     return sorted(tmpdir.glob("kafka-gateway-*"))
 
 
+def wait_for_stack_start(tmpdir: Path, proc: subprocess.Popen[bytes], log_path: Path) -> Path:
+    """The scratch directory, once ZooKeeper's log is in it: the port check is done and
+    the embedded stack is starting."""
+    deadline = time.monotonic() + 60
+    while not list(tmpdir.glob("kafka-gateway-*/zookeeper.log")):
+        assert proc.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.02)
+    (workdir,) = scratch_dirs(tmpdir)
+    return workdir
+
+
 def processes_using(path: Path) -> list[str]:
     """Processes whose command line or open files name ``path`` (ZooKeeper's data
     directory is an argument; Tansu's output is a log file there)."""
@@ -314,13 +326,7 @@ def test_a_port_taken_while_the_stack_starts_stops_the_stack_and_removes_its_dir
         )
     thief = socket.socket()
     try:
-        deadline = time.monotonic() + 60
-        # ZooKeeper's log in the scratch directory: the check is done, the stack starts.
-        while not list(tmpdir.glob("kafka-gateway-*/zookeeper.log")):
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.02)
-        (workdir,) = scratch_dirs(tmpdir)
+        workdir = wait_for_stack_start(tmpdir, proc, log_path)
         thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         thief.bind((LOOPBACK, port))
         thief.listen()
@@ -370,12 +376,7 @@ def test_sigterm_while_the_stack_starts_stops_it_and_removes_its_dir(tmp_path: P
     tmpdir = tmp_path / "tmp"
     proc, log_path = _start_run(tmp_path, run_env(tmpdir))
     try:
-        deadline = time.monotonic() + 60
-        while not list(tmpdir.glob("kafka-gateway-*/zookeeper.log")):
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.02)
-        (workdir,) = scratch_dirs(tmpdir)
+        workdir = wait_for_stack_start(tmpdir, proc, log_path)
         proc.terminate()
         code = proc.wait(timeout=60)
     finally:
