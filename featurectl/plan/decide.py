@@ -4,7 +4,7 @@ Their inputs are small by construction (catalogue features x live gateways, the
 targets, the client software on gated API versions), so they are plain Python over
 rows already on the driver: as Spark queries they were ~35 short jobs of the
 planner's ~75, each planned, code-generated and JIT-compiled for a few dozen rows
-(bench/README.md, "Where the time goes").
+(docs/planner.md#few-spark-jobs).
 
 Inputs:
 

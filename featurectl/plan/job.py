@@ -82,7 +82,7 @@ APP_CONF = {
 # with freshly generated code, and C2 spent more CPU compiling lukewarm methods than it
 # saved (10M samples on local[2]: ~28 of ~72 CPU s in the compiler threads; on a
 # cluster every executor JVM compiles the same code again). Per-row code still reaches
-# C2 within the first 100k rows, so large runs keep it (bench/README.md; C1 alone had
+# C2 within the first 100k rows, so large runs keep it (docs/planner.md#jvm-settings; C1 alone had
 # halved 100M's speed).
 JVM_CONF = {"spark.driver.extraJavaOptions": JIT_OPTIONS}
 # On a cluster (any master but local) the driver runs no tasks: it plans a handful of
@@ -94,7 +94,7 @@ JVM_CONF = {"spark.driver.extraJavaOptions": JIT_OPTIONS}
 # die young, where G1's concurrent threads and barriers cost CPU and its short pauses
 # buy nothing (the serial collector measured the same on 1-core executors; the
 # parallel one also uses the cores of larger executors). 10M samples, 2 workers x 1
-# core on the 2-core box (bench/README.md, "Cluster settings"): executors 33-38 -> 28-30
+# core on the 2-core box (docs/planner.md#jvm-settings): executors 33-38 -> 28-30
 # CPU s, the driver JVM 16-19 -> 11-13, the run 51-61 -> 43-49 CPU s; 100M 116 -> 97-104.
 CLUSTER_JVM_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
@@ -129,7 +129,7 @@ TUNING_CONF = {
     # The planner's shuffles carry a few thousand series or per-series samples: Spark's
     # default of 200 partitions makes ~200 tasks per stage, each a scheduling round trip
     # to an executor. On a standalone cluster that overhead alone made the plan twice
-    # as slow as local[2] on the same data (bench/README.md); adaptive execution
+    # as slow as local[2] on the same data (docs/planner.md#few-spark-jobs); adaptive execution
     # coalesces further where it can.
     "spark.sql.shuffle.partitions": "8",
 }
@@ -511,7 +511,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     series, chart buckets, connections, and the state when only the gauges tell it).
     What those few thousand rows add up to is Python on the driver (``tally``,
     ``decide``): a run used to be ~40 short Spark jobs, and planning and JIT-compiling
-    them was most of a 10M-sample run (bench/README.md, "Third pass").
+    them was most of a 10M-sample run (docs/planner.md#few-spark-jobs).
     """
     from pyspark.sql import functions as F
 

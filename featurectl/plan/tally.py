@@ -6,7 +6,7 @@ Spark hands back one row per series, per label set and per chart bucket
 thousand rows whatever the number of samples. Grouping them further is plain Python
 here, like the decisions (``decide``): as Spark queries these joins and groupings were
 a dozen short jobs, each planned, code-generated and JIT-compiled for a few thousand
-rows (bench/README.md, "Third pass").
+rows (docs/planner.md#few-spark-jobs).
 
 Rows are plain dicts as ``job._row`` makes them (times in epoch milliseconds):
 

@@ -125,7 +125,8 @@ def warm_up() -> None:
             load_response_schema(api_key, version)
             if api_key in addresses.TAIL_REWRITTEN:
                 # lane_walks' programs: made in a worker, they walked (and so copied)
-                # the pages of the schemas, 0.25 MB a worker (bench/README.md).
+                # the pages of the schemas, 0.25 MB a worker
+                # (docs/memory.md#workers-share-the-fork-servers-pages).
                 tail_program(api_key, version)
 
 

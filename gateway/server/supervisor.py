@@ -503,7 +503,8 @@ def _stop_helpers() -> None:
 # A worker's metrics, built by the fork server before it forks (``_preload``): each
 # forked worker starts with its own copy (copy-on-write; nothing is counted before the
 # fork) instead of building ~50 metric families itself, which left 0.3-0.5 MB more of the
-# shared pages copied in each (bench/README.md). None in a spawned worker: it builds its own.
+# shared pages copied in each (docs/memory.md#workers-share-the-fork-servers-pages). None in a
+# spawned worker: it builds its own.
 _prebuilt_metrics: Metrics | None = None
 
 
