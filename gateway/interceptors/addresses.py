@@ -106,11 +106,6 @@ class AddressBook(Protocol):
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]: ...
 
 
-def needs_rewrite(api_key: int, api_version: int) -> bool:
-    first = REWRITTEN_RESPONSES.get(api_key)
-    return first is not None and api_version >= first
-
-
 def rewrite_response(
     api_key: int, api_version: int, body: bytes | memoryview, book: AddressBook
 ) -> bytes | memoryview:

@@ -267,8 +267,8 @@ LAST_HEADS = addresses.LAST_HEADS
 def intercepts_response(
     entry: InFlightRequest, _first: Callable[[int, int], int] = addresses.REWRITTEN_RESPONSES.get
 ) -> bool:
-    """The ``ResponseReader``'s policy: runs once per response, one dict lookup by key (see
-    ``addresses.needs_rewrite``). The gateway's own requests (``context`` set) go to their
+    """The ``ResponseReader``'s policy: runs once per response, one dict lookup by key
+    (``REWRITTEN_FROM``). The gateway's own requests (``context`` set) go to their
     handler."""
     return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
 
