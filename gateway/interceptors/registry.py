@@ -27,7 +27,7 @@ import importlib
 import pkgutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType, ModuleType
+from types import ModuleType
 
 from . import apis
 from .filter import Filter, Mode, ResponseHook
@@ -71,21 +71,22 @@ def derive(filters: Iterable[Filter]) -> Registry:
     decoded = dict(rewritten)
     for key in requests:
         decoded[key] = 0  # an answered request is decoded from its first version
+    # Plain dicts, typed read-only: the response reader binds ``rewritten_from.get``, the
+    # compiled lane reads it once per negotiated table, and the others are looked up
+    # once per intercepted frame, where a mapping proxy's indirection would cost.
     return Registry(
-        filters=MappingProxyType(by_key),
-        # A plain dict: the response reader binds its ``get`` and the compiled lane
-        # copies it, once per negotiated table.
+        filters=by_key,
         rewritten_from=rewritten,
         head_rewritten=tuple(k for k in rewritten if by_key[k].mode is Mode.HEAD),
         tail_rewritten=tuple(k for k in rewritten if by_key[k].mode is Mode.TAIL),
-        streamed_tails=MappingProxyType(
-            {k: f.stream_tail_from for k, f in by_key.items() if f.stream_tail_from is not None}
-        ),
-        requests=MappingProxyType(requests),
-        response_extras=MappingProxyType(
-            {k: f.after_rewrite for k, f in by_key.items() if f.after_rewrite is not None}
-        ),
-        decoded=MappingProxyType(decoded),
+        streamed_tails={
+            k: f.stream_tail_from for k, f in by_key.items() if f.stream_tail_from is not None
+        },
+        requests=requests,
+        response_extras={
+            k: f.after_rewrite for k, f in by_key.items() if f.after_rewrite is not None
+        },
+        decoded=decoded,
     )
 
 
