@@ -263,13 +263,6 @@ class FeatureStore:
                 ) from None
             self.client.set(path, data)
 
-    def update_registration(self, registration: Registration) -> None:
-        path = self.paths.gateway(registration.gateway_id)
-        try:
-            self.client.set(path, encode_registration(registration))
-        except NoNodeError:
-            self.register(registration)
-
     def deregister(self, gateway_id: str) -> None:
         with contextlib.suppress(NoNodeError):
             self.client.delete(self.paths.gateway(gateway_id))

@@ -22,8 +22,8 @@ from ..features.znode import Finalized
 from ..observability.metrics import Metrics
 from ..protocol import InFlightRequest
 from ..versions import BrokerSoftware, VersionRange
-from .addresses import AddressBook
 from .api_versions import SoftwareTags
+from .endpoints import AddressBook
 
 # Called with the payload (no length prefix) of the response to an internal request.
 InternalHandler = Callable[[memoryview], None]

@@ -1,32 +1,32 @@
-"""Interceptors by API key (Kroxylicious' filter model): what the gateway does itself.
+"""The runtime facade of the filter registry: what the connection asks of interceptors.
 
-The connection (``gateway.server.proxy``) knows no API by name. It asks this module
-three things and applies the answer:
+The connection (``gateway.server.proxy``) knows no API by name. Each intercepted API
+declares what the gateway does with it once, as a ``Filter`` in its own module of
+``gateway.interceptors.apis`` (Kroxylicious' model); ``gateway.interceptors.registry``
+collects them and derives the tables this module applies:
 
 * which keys this connection's requests must not forward (``answered_here``): it
   leaves them, and versions outside the negotiated ranges, out of its pass-through
   table, so a forwarded request costs one dict lookup by key and nothing else;
-* what to do with a request the table held back (``on_request``): an interceptor
-  registered for its key answers it locally (``REQUESTS``; the hooks are in ``local``);
-  anything else is rejected as Kafka would (``local.reject``: UNSUPPORTED_VERSION, or
-  a close);
+* what to do with a request the table held back (``on_request``): the filter that
+  answers its key does (``Filter.answer``); anything else is rejected as Kafka would
+  (``reject``: UNSUPPORTED_VERSION, or a close);
 * how to rewrite a response whose key asked for it (``intercepts_response``,
   ``stream_policy`` and ``rewrite_frame``/``rewrite_head``/``rewrite_tail``): broker
-  addresses (``addresses``) and, for DescribeCluster, the KIP-885 software tags
-  (``RESPONSE_EXTRAS``).
+  addresses (``addresses``, by the filter's mode) and what a filter adds after them
+  (``Filter.after_rewrite``);
+* what the compiled lane may forward, walk or head-replace itself (``REWRITTEN_FROM``,
+  ``lane_walks``, ``lane_heads``, ``LAST_HEADS``).
 
 Each hook is a plain function of an ``Exchange`` (``gateway.interceptors.context``); the
-byte-level work stays in the sans-I/O module of its API. To intercept another API: a
-hook in ``local`` and an entry in ``REQUESTS`` (requests), or its first rewritten
-version in ``addresses.REWRITTEN_RESPONSES`` and, for more than addresses, an entry in
-``RESPONSE_EXTRAS`` (responses).
+byte-level work stays in the sans-I/O module of its API. To intercept another API: one
+new module in ``gateway.interceptors.apis``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
@@ -35,9 +35,6 @@ from ..features.report import FeatureReport
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..protocol import (
     API_VERSIONS,
-    DESCRIBE_CLUSTER,
-    FETCH,
-    UPDATE_FEATURES,
     HeadFinder,
     InFlightRequest,
     RequestFrame,
@@ -53,54 +50,15 @@ from ..protocol import (
 )
 from ..protocol._apis import api_name
 from ..versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
-from . import addresses, local
+from . import addresses, registry
 from . import upstream as internal
 from .context import Exchange, GatewayView
+from .reject import reject
 
 # The connection's logger names: these lines were the connection's and keep their name.
 log = get_logger("gateway.proxy")
 # Lines about bad input, which a client can trigger once per frame.
 limited = RateLimitedLogger("gateway.proxy")
-
-# Fetch responses from this size on stream through; only their tagged section (where
-# KIP-951's NodeEndpoints are) is held back, so a bulk consumer does not wait for the
-# gateway to gather each response before the first byte reaches it. Smaller ones are
-# gathered whole, which leaves a rewrite free to change their length.
-STREAM_FETCH_FROM_BYTES = 64 * 1024
-
-# Handles a request the gateway answers itself: (connection, request, request body).
-RequestHook = Callable[[Exchange, RequestFrame, memoryview], None]
-
-
-@dataclass(frozen=True, slots=True)
-class RequestInterceptor:
-    hook: RequestHook
-    # Whether this gateway answers the key itself on a connection to an upstream with
-    # these ranges (otherwise the key is forwarded like any other).
-    applies: Callable[[GatewayView, dict[int, VersionRange]], bool]
-    # Every version reaches ``hook`` (ApiVersions answers versions it lacks itself, as
-    # KIP-511 asks); otherwise only negotiated versions do and the rest are rejected.
-    any_version: bool = False
-    # The upstream does not limit the versions: the gateway serves the API for it.
-    replaces_upstream: bool = False
-
-
-REQUESTS: dict[int, RequestInterceptor] = {
-    API_VERSIONS: RequestInterceptor(
-        local.answer_api_versions_request, lambda gw, up: True, any_version=True
-    ),
-    UPDATE_FEATURES: RequestInterceptor(
-        # The finalized levels live in the gateways' ZooKeeper, not in the broker's.
-        local.update_features,
-        lambda gw, up: gw.features.enabled,
-        replaces_upstream=True,
-    ),
-    DESCRIBE_CLUSTER: RequestInterceptor(
-        local.synthesize_describe_cluster,
-        lambda gw, up: gw.synthesizes_describe_cluster(up),
-        replaces_upstream=True,
-    ),
-}
 
 
 @cache  # once per process (see below)
@@ -113,17 +71,14 @@ def warm_up() -> None:
     Once is enough: a worker forked after it must not walk the schemas again, which
     would write to (and so copy) ~1 MB of pages it shares with the other workers.
     """
-    first_versions = dict(addresses.REWRITTEN_RESPONSES)
-    for api_key in REQUESTS:
-        first_versions.setdefault(api_key, 0)
-    for api_key, first in first_versions.items():
+    for api_key, first in registry.DECODED.items():
         versions = api_range(api_key)
         if versions is None:
             continue
         for version in range(max(first, versions[0]), versions[1] + 1):
             load_request_schema(api_key, version)
             load_response_schema(api_key, version)
-            if api_key in addresses.TAIL_REWRITTEN:
+            if api_key in registry.TAIL_REWRITTEN:
                 # lane_walks' programs: made in a worker, they walked (and so copied)
                 # the pages of the schemas, 0.25 MB a worker
                 # (docs/memory.md#workers-share-the-fork-servers-pages).
@@ -132,15 +87,17 @@ def warm_up() -> None:
 
 def answered_here(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
     """API keys a connection to an upstream with these ranges never forwards."""
-    return [key for key, interceptor in REQUESTS.items() if interceptor.applies(gw, upstream)]
+    return [
+        key for key, declared in registry.REQUESTS.items() if declared.answers_when(gw, upstream)
+    ]
 
 
 def served_for_upstream(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
     """API keys the gateway serves whatever the upstream's versions (see ``replaces_upstream``)."""
     return [
         key
-        for key, interceptor in REQUESTS.items()
-        if interceptor.replaces_upstream and interceptor.applies(gw, upstream)
+        for key, declared in registry.REQUESTS.items()
+        if declared.replaces_upstream and declared.answers_when(gw, upstream)
     ]
 
 
@@ -151,15 +108,16 @@ def on_request(ctx: Exchange, request: RequestFrame) -> None:
     if ctx.info is not None and header.client_id is not None:
         ctx.info.client_id = header.client_id
     assert ctx.ranges is not None
-    interceptor = REQUESTS.get(header.api_key)
-    if interceptor is not None:
+    declared = registry.REQUESTS.get(header.api_key)
+    if declared is not None:
+        assert declared.answer is not None  # the registry's REQUESTS all answer
         allowed = ctx.ranges.get(header.api_key)
-        if interceptor.any_version or (
+        if declared.any_version or (
             allowed is not None and allowed[0] <= header.api_version <= allowed[1]
         ):
-            interceptor.hook(ctx, request, body)
+            declared.answer(ctx, request, body)
             return
-    local.reject(ctx, request, body)
+    reject(ctx, request, body)
 
 
 # -- requests outside what this connection may use -------------------------------------
@@ -224,7 +182,7 @@ def ask_upstream_versions(
 # -- responses rewritten ------------------------------------------------------------------
 # api key → the first version whose response is rewritten: intercepts_response's rule,
 # which the compiled lane's table of plain requests follows (gateway/server/_lane.pyx).
-REWRITTEN_FROM = addresses.REWRITTEN_RESPONSES
+REWRITTEN_FROM = registry.REWRITTEN_FROM
 
 
 def _rewritten_forwarded(
@@ -246,7 +204,7 @@ def lane_walks(passthrough: Mapping[int, VersionRange]) -> dict[tuple[int, int],
     Fetch v16+: KIP-951's NodeEndpoints, sent only when a leader moved). The compiled
     lane walks those responses and forwards the ones whose section is empty itself, as
     ``addresses.rewrite_response`` would (unchanged); the rest go to ``rewrite_frame``."""
-    walked = _rewritten_forwarded(passthrough, addresses.TAIL_REWRITTEN)
+    walked = _rewritten_forwarded(passthrough, registry.TAIL_REWRITTEN)
     return {
         (api_key, version): tail_program(api_key, version)
         for api_key, (low, high) in walked.items()
@@ -258,7 +216,7 @@ def lane_heads(passthrough: Mapping[int, VersionRange]) -> dict[int, VersionRang
     """api key → the forwarded versions whose responses are rewritten in their head
     only (Metadata: its brokers array). The compiled lane replaces a head it finds in
     ``LAST_HEADS`` itself, as ``rewrite_head`` would; the rest go to ``rewrite_head``."""
-    return _rewritten_forwarded(passthrough, addresses.HEAD_REWRITTEN)
+    return _rewritten_forwarded(passthrough, registry.HEAD_REWRITTEN)
 
 
 # The heads the lane may replace itself (see ``lane_heads``).
@@ -266,10 +224,10 @@ LAST_HEADS = addresses.LAST_HEADS
 
 
 def intercepts_response(
-    entry: InFlightRequest, _first: Callable[[int, int], int] = addresses.REWRITTEN_RESPONSES.get
+    entry: InFlightRequest, _first: Callable[[int, int], int] = REWRITTEN_FROM.get
 ) -> bool:
-    """The ``ResponseReader``'s policy: runs once per response, one dict lookup by key (see
-    ``addresses.needs_rewrite``). The gateway's own requests (``context`` set) go to their
+    """The ``ResponseReader``'s policy: runs once per response, one dict lookup by key
+    (``REWRITTEN_FROM``). The gateway's own requests (``context`` set) go to their
     handler."""
     return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
 
@@ -279,15 +237,10 @@ def stream_policy(entry: InFlightRequest, size: int) -> TailFinder | HeadFinder 
     requests are gathered whole for their handler."""
     if entry.context is not None:
         return None
-    if entry.api_key == FETCH and size >= STREAM_FETCH_FROM_BYTES:
-        return TailFinder(FETCH, entry.api_version)
+    streams_from = registry.STREAMED_TAILS.get(entry.api_key)
+    if streams_from is not None and size >= streams_from:
+        return TailFinder(entry.api_key, entry.api_version)
     return addresses.head_finder(entry.api_key, entry.api_version)
-
-
-# After the address rewrite of a whole response body: (connection, version, body) → body.
-RESPONSE_EXTRAS: dict[int, Callable[[Exchange, int, bytes], bytes]] = {
-    DESCRIBE_CLUSTER: local.describe_cluster_software,
-}
 
 
 def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray:
@@ -302,7 +255,7 @@ def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray:
         body = addresses.rewrite_response(
             entry.api_key, entry.api_version, original, ctx.gateway.router
         )
-        extra = RESPONSE_EXTRAS.get(entry.api_key)
+        extra = registry.RESPONSE_EXTRAS.get(entry.api_key)
         if extra is not None:
             body = extra(ctx, entry.api_version, bytes(body))
         elif body is original:

@@ -30,7 +30,7 @@ from ..protocol import (
 from ..protocol._wire import INT16, INT32
 from ._codec import decode_request, decode_response, encode_request, encode_response
 from ._tagged import strip_unknown_tags
-from .addresses import AddressBook
+from .endpoints import AddressBook
 
 GATEWAY_SOFTWARE_NAME = "kafka-gateway"
 GATEWAY_CLIENT_ID = "kafka-gateway"

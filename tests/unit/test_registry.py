@@ -1,0 +1,176 @@
+"""The filter registry (gateway.interceptors.registry): every table the runtime uses is
+derived from the API modules' declarations, and a new API module is all it takes."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gateway.interceptors import addresses, apis, dispatch, registry
+from gateway.interceptors.filter import Filter, Mode
+from gateway.protocol import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    UPDATE_FEATURES,
+)
+
+
+def declared() -> dict[int, Filter]:
+    """Each API module's FILTER, read from the modules themselves."""
+    found = {}
+    for info in pkgutil.iter_modules(apis.__path__):
+        module = importlib.import_module(f"{apis.__name__}.{info.name}")
+        found[module.FILTER.api_key] = module.FILTER
+    return found
+
+
+def test_every_api_module_is_in_the_registry() -> None:
+    assert dict(registry.FILTERS) == declared()
+
+
+def test_the_tables_are_what_the_modules_declare() -> None:
+    filters = declared()
+    rewritten = {k: f.rewritten_from for k, f in filters.items() if f.rewritten_from is not None}
+    assert rewritten == registry.REWRITTEN_FROM
+    assert set(registry.HEAD_REWRITTEN) == {k for k, f in filters.items() if f.mode is Mode.HEAD}
+    assert set(registry.TAIL_REWRITTEN) == {k for k, f in filters.items() if f.mode is Mode.TAIL}
+    assert dict(registry.REQUESTS) == {k: f for k, f in filters.items() if f.answer is not None}
+    assert dict(registry.RESPONSE_EXTRAS) == {
+        k: f.after_rewrite for k, f in filters.items() if f.after_rewrite is not None
+    }
+    # The runtime's names are the registry's tables, not copies of them.
+    assert dispatch.REWRITTEN_FROM is registry.REWRITTEN_FROM
+    assert addresses.REWRITTEN_RESPONSES is registry.REWRITTEN_FROM
+    assert addresses.TAIL_REWRITTEN is registry.TAIL_REWRITTEN
+    assert addresses.HEAD_REWRITTEN is registry.HEAD_REWRITTEN
+
+
+def test_what_the_gateway_intercepts_today() -> None:
+    # The behaviour the declarations pin down: which responses are rewritten from which
+    # version, how each travels, and which requests are answered here.
+    assert registry.REWRITTEN_FROM == {
+        PRODUCE: 10,
+        FETCH: 16,
+        METADATA: 0,
+        FIND_COORDINATOR: 0,
+        DESCRIBE_CLUSTER: 0,
+        78: 0,  # ShareFetch
+        79: 0,  # ShareAcknowledge
+    }
+    assert registry.HEAD_REWRITTEN == (METADATA,)
+    assert registry.TAIL_REWRITTEN == (PRODUCE, FETCH)
+    assert dict(registry.STREAMED_TAILS) == {FETCH: 64 * 1024}
+    assert set(registry.REQUESTS) == {API_VERSIONS, UPDATE_FEATURES, DESCRIBE_CLUSTER}
+    assert set(registry.RESPONSE_EXTRAS) == {DESCRIBE_CLUSTER}
+    assert registry.REQUESTS[API_VERSIONS].any_version
+    served = {k for k, f in registry.REQUESTS.items() if f.replaces_upstream}
+    assert served == {UPDATE_FEATURES, DESCRIBE_CLUSTER}
+
+
+def gateway_view(*, features: bool, synthesizes: bool) -> SimpleNamespace:
+    return SimpleNamespace(
+        features=SimpleNamespace(enabled=features),
+        synthesizes_describe_cluster=lambda upstream: synthesizes,
+    )
+
+
+@pytest.mark.parametrize(("features", "synthesizes"), [(False, False), (True, True)])
+def test_answered_here_follows_each_filters_condition(features: bool, synthesizes: bool) -> None:
+    gw = gateway_view(features=features, synthesizes=synthesizes)
+    conditional = {UPDATE_FEATURES, DESCRIBE_CLUSTER} if features else set()
+    assert set(dispatch.answered_here(gw, {})) == {API_VERSIONS} | conditional  # type: ignore[arg-type]
+    assert set(dispatch.served_for_upstream(gw, {})) == conditional  # type: ignore[arg-type]
+
+
+def test_the_lane_tables_keep_to_the_forwarded_rewritten_versions() -> None:
+    passthrough = {PRODUCE: (3, 11), FETCH: (4, 12), METADATA: (1, 12), FIND_COORDINATOR: (0, 4)}
+    assert dispatch.lane_heads(passthrough) == {METADATA: (1, 12)}
+    # Fetch 4-12 has no NodeEndpoints (v16+): nothing of it is walked.
+    assert set(dispatch.lane_walks(passthrough)) == {(PRODUCE, 10), (PRODUCE, 11)}
+
+
+def write_package(root: Path, name: str, modules: dict[str, str]) -> None:
+    package = root / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for module, source in modules.items():
+        (package / f"{module}.py").write_text(textwrap.dedent(source))
+
+
+@pytest.fixture
+def package_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def test_a_new_api_is_one_new_module(package_root: Path) -> None:
+    write_package(
+        package_root,
+        "more_apis",
+        {
+            # The real ones, unchanged, beside one more.
+            "metadata": "from gateway.interceptors.apis.metadata import FILTER\n",
+            "produce": "from gateway.interceptors.apis.produce import FILTER\n",
+            "vendor": """
+                from gateway.interceptors.filter import Filter, Mode
+
+                FILTER = Filter(4242, rewritten_from=2, mode=Mode.TAIL, stream_tail_from=1024)
+            """,
+            "_helpers": "NOT_AN_API = True\n",
+        },
+    )
+    derived = registry.derive(registry.discover(importlib.import_module("more_apis")))
+    assert derived.rewritten_from == {PRODUCE: 10, METADATA: 0, 4242: 2}
+    assert derived.tail_rewritten == (PRODUCE, 4242)
+    assert derived.head_rewritten == (METADATA,)
+    assert dict(derived.streamed_tails) == {4242: 1024}
+    assert dict(derived.decoded) == {PRODUCE: 10, METADATA: 0, 4242: 2}
+    assert dict(derived.requests) == {}
+
+
+@pytest.mark.parametrize(
+    ("modules", "error"),
+    [
+        ({"a": "FILTER = None\n"}, "declares no FILTER"),
+        (
+            {
+                "a": "from gateway.interceptors.apis.metadata import FILTER\n",
+                "b": "from gateway.interceptors.apis.metadata import FILTER\n",
+            },
+            "declared twice",
+        ),
+    ],
+)
+def test_a_module_that_declares_no_filter_or_a_key_twice_is_refused(
+    package_root: Path, modules: dict[str, str], error: str
+) -> None:
+    write_package(package_root, "bad_apis", modules)
+    with pytest.raises((TypeError, ValueError), match=error):
+        registry.discover(importlib.import_module("bad_apis"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({}, "intercepts nothing"),
+        ({"mode": Mode.HEAD, "answer": print}, "needs rewritten_from"),
+        ({"rewritten_from": 0, "stream_tail_from": 10}, "needs Mode.TAIL"),
+        ({"rewritten_from": 0, "any_version": True}, "need an answer hook"),
+    ],
+)
+def test_a_filter_that_contradicts_itself_is_refused(kwargs: dict, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        Filter(4242, **kwargs)
