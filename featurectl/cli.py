@@ -150,3 +150,7 @@ def _check_connection_arguments(args: argparse.Namespace) -> None:
                 release_table().levels(args.release_version)
             except KeyError as exc:
                 args.parser.error(str(exc.args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
