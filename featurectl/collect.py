@@ -1,77 +1,67 @@
 """``featurectl collect``: scrape every live gateway's /metrics into a dataset for ``plan``.
 
 Each round finds the live gateways in ZooKeeper (their registrations carry
-``metrics_url``), adds the ``--gateway`` URLs, scrapes them concurrently and buffers the
-samples for the Parquet dataset (``featurectl.plan.columnar``; ``--format text``: one
-``.prom`` file plus sidecar per gateway), and writes a snapshot of the finalized levels
-and registrations, so ``featurectl plan`` can run later without ZooKeeper. The layout is
-described in ``featurectl.plan.layout``.
+``metrics_url``), adds the ``--gateway`` URLs, scrapes them concurrently
+(``featurectl.scrape``) and buffers the samples for the Parquet dataset
+(``featurectl.plan.columnar``; ``--format text``: one ``.prom`` file plus sidecar per
+gateway), and writes a snapshot of the finalized levels and registrations, so
+``featurectl plan`` can run later without ZooKeeper. The layout is described in
+``featurectl.plan.layout``.
 
-``--prometheus URL`` pulls the same series from a Prometheus server's HTTP API
-(``pull_prometheus``: one query_range per metric and time window).
-``--from-prometheus`` imports Prometheus HTTP-API exports instead of (or besides) scraping:
-``curl '.../api/v1/query_range?query=...&start=...&end=...&step=15s'``
-answers ``{"status":"success","data":{"resultType":"matrix","result":[...]}}``. Each
-series goes to the file of its gateway, found through ``kafka_gateway_info``'s
-``gateway_id`` label on the same ``instance`` (else the ``instance`` itself), with the
-sample time written on every line.
+``--prometheus URL`` and ``--from-prometheus FILE`` take the same series from Prometheus
+instead (``featurectl.prometheus``).
+
+This module is the command: its arguments, the rounds loop, and the ZooKeeper session.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode, urlsplit
 
 from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from featurectl.plan.columnar import SampleSink
-from featurectl.plan.layout import (
-    ScrapeMeta,
-    StateSnapshot,
-    TextSink,
-    epoch_ms,
-    parse_utc,
-    stamp,
-)
-from featurectl.plan.layout import write_state as write_state_file
 from gateway.commands import add_command
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
-log = logging.getLogger("featurectl.collect")
+from .exits import EXIT_NOTHING, EXIT_OK, EXIT_USAGE
+from .options import positive_seconds
+from .plan.columnar import SampleSink
+from .plan.layout import StateSnapshot, TextSink, epoch_ms
+from .plan.layout import write_state as write_state_file
+from .prometheus import (
+    FIRST_PAGE_POINTS,
+    MAX_POINTS_PER_SERIES,
+    ExportError,
+    PrometheusError,
+    duration_arg,
+    import_exports,
+    pull_prometheus,
+    time_arg,
+)
+from .scrape import (
+    SCRAPE_TIMEOUT_S,
+    Sink,
+    Target,
+    collect_round,
+    merge_targets,
+    targets_from_registry,
+)
 
-EXIT_OK = 0
-EXIT_NOTHING = 1
-EXIT_USAGE = 2
+log = logging.getLogger("featurectl.collect")
 
 DEFAULT_INTERVAL_S = 15.0
 # Parquet: scrapes are buffered and written every this many seconds (and at exit); a file
 # per 15 s round would be thousands of tiny files a day, each costing the planner an open.
 DEFAULT_FLUSH_S = 300.0
-# Per-request timeout: a hung gateway must not stall a round past its interval.
-SCRAPE_TIMEOUT_S = 5.0
-# Scrapes run concurrently so one slow gateway costs one timeout, not one per gateway.
-MAX_PARALLEL_SCRAPES = 16
-# Prometheus' own Accept header for the text format; prometheus_client answers with it.
-ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
-INFO_METRIC = "kafka_gateway_info"
 
 EPILOG = """\
 examples:
@@ -102,384 +92,6 @@ exit codes: 0 collected, 1 nothing collected (every gateway unreachable, no inpu
             gateway series in the Prometheus range), 2 usage error, ZooKeeper or
             Prometheus unreachable, or a query Prometheus refused
 """
-
-
-# Where scrapes go: Parquet (columnar.SampleSink) or the text layout (layout.TextSink).
-Sink = SampleSink | TextSink
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A /metrics endpoint to scrape; ``gateway_id`` is None until the scrape says it."""
-
-    url: str
-    gateway_id: str | None = None
-
-
-@dataclass(slots=True)
-class RoundResult:
-    round_name: str
-    written: list[Path] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-
-
-# -- scraping -----------------------------------------------------------------------------
-
-
-def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
-    """GET one /metrics endpoint as text (raises OSError/ValueError on failure)."""
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        charset = response.headers.get_content_charset() or "utf-8"
-        return response.read().decode(charset)
-
-
-def gateway_id_from_text(text: str) -> str | None:
-    """The ``gateway_id`` label of ``kafka_gateway_info`` in a scrape, if present."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    # Only the info lines are parsed: the rest of a scrape can be thousands of lines.
-    info = "\n".join(line for line in text.splitlines() if line.startswith(INFO_METRIC))
-    try:
-        for family in text_string_to_metric_families(info + "\n"):
-            for sample in family.samples:
-                if sample.labels.get("gateway_id"):
-                    return sample.labels["gateway_id"]
-    except ValueError:
-        return None
-    return None
-
-
-def fallback_id(url: str) -> str:
-    """``host:port`` of a URL: the id of a gateway whose scrape does not name itself."""
-    parts = urlsplit(url)
-    return parts.netloc or url
-
-
-def targets_from_registry(registrations: Iterable[Any]) -> tuple[list[Target], list[str]]:
-    """(targets, ids of gateways without a metrics_url) from ZooKeeper registrations."""
-    targets, without = [], []
-    for reg in registrations:
-        if reg.metrics_url:
-            targets.append(Target(reg.metrics_url, reg.gateway_id))
-        else:
-            without.append(reg.gateway_id)
-    return targets, without
-
-
-def merge_targets(registered: Sequence[Target], explicit: Sequence[str]) -> list[Target]:
-    """Registered targets plus explicit URLs; a URL given both ways is scraped once."""
-    out = list(registered)
-    known = {t.url.rstrip("/") for t in out}
-    for url in explicit:
-        if url.rstrip("/") not in known:
-            known.add(url.rstrip("/"))
-            out.append(Target(url))
-    return out
-
-
-def collect_round(
-    out: Path,
-    targets: Sequence[Target],
-    *,
-    now: datetime | None = None,
-    timeout: float = SCRAPE_TIMEOUT_S,
-    sink: Sink | None = None,
-) -> RoundResult:
-    """Scrape ``targets`` concurrently into ``sink`` (default: text files under ``out``).
-
-    Failures are logged and listed in the result.
-    """
-    started = now or datetime.now(UTC)
-    result = RoundResult(stamp(started))
-    if not targets:
-        return result
-    writer = (sink or TextSink(out)).round(result.round_name)
-
-    def one(target: Target) -> tuple[Target, str | None, str | None, int]:
-        try:
-            text = scrape(target.url, timeout)
-        except (OSError, ValueError) as exc:  # URLError, timeouts, refused, bad URL
-            return target, None, _describe(exc), 0
-        return target, text, None, epoch_ms(datetime.now(UTC))
-
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_SCRAPES, len(targets))) as pool:
-        outcomes = list(pool.map(one, targets))
-    # Files are written by this thread only, in target order, so names are stable.
-    scraped: dict[str, str] = {}
-    for target, text, error, scraped_ms in outcomes:
-        if text is None:
-            log.warning("cannot scrape %s: %s (skipped this round)", target.url, error)
-            result.failed.append((target.url, error or "unknown error"))
-            continue
-        gateway_id = target.gateway_id or gateway_id_from_text(text) or fallback_id(target.url)
-        if gateway_id in scraped:
-            # One gateway reached through two URLs: keeping both would count it twice.
-            log.warning(
-                "%s and %s are the same gateway (%s); keeping the first",
-                scraped[gateway_id],
-                target.url,
-                gateway_id,
-            )
-            continue
-        scraped[gateway_id] = target.url
-        meta = ScrapeMeta(gateway_id, target.url, scraped_ms, "scrape")
-        result.written.append(writer.write(meta, text))
-    return result
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, urllib.error.URLError):
-        return str(exc.reason)
-    return str(exc) or type(exc).__name__
-
-
-# -- Prometheus query_range import ----------------------------------------------------------
-
-
-class ExportError(ValueError):
-    """A --from-prometheus file is not a Prometheus HTTP-API answer we can read."""
-
-
-# Labels Prometheus adds from its scrape config: the gateway's own file already says
-# which gateway it is, and keeping them would split one series into several.
-_TARGET_LABELS = ("instance", "job")
-
-
-def read_export(path: Path) -> list[dict[str, Any]]:
-    """The series of a query_range (matrix) or query (vector) export, values as lists."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ExportError(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        raise ExportError(
-            f"{path}: expected a Prometheus API answer with status 'success', "
-            f"got {str(doc)[:120]!r}"
-        )
-    data = doc.get("data") or {}
-    kind, result = data.get("resultType"), data.get("result")
-    if kind not in ("matrix", "vector") or not isinstance(result, list):
-        raise ExportError(
-            f"{path}: resultType {kind!r} is not supported; export with "
-            "/api/v1/query_range (matrix) or /api/v1/query (vector)"
-        )
-    series = []
-    for item in result:
-        metric = item.get("metric") or {}
-        values = item.get("values") if kind == "matrix" else [item.get("value")]
-        if "__name__" not in metric or not isinstance(values, list):
-            raise ExportError(
-                f"{path}: a series has no __name__ or values; query by metric name or "
-                "selector (not an expression that drops the name)"
-            )
-        series.append({"metric": metric, "values": values})
-    return series
-
-
-def _format_labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-    return "{" + body + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def gateways_of_instances(series: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """``instance`` → ``gateway_id``, from the ``kafka_gateway_info`` series among ``series``."""
-    found: dict[str, str] = {}
-    for s in series:
-        labels = s["metric"]
-        if labels.get("__name__") == INFO_METRIC and labels.get("gateway_id"):
-            found[labels.get("instance", "")] = labels["gateway_id"]
-    return found
-
-
-def export_to_exposition(
-    series: Sequence[Mapping[str, Any]], gateway_of_instance: Mapping[str, str] | None = None
-) -> dict[str, list[str]]:
-    """Per gateway id, exposition lines ``name{labels} value timestamp_ms`` (grouped by name).
-
-    ``gateway_of_instance``: what earlier answers said (a page of one metric does not
-    hold the info series); the info series in ``series`` are used as well.
-    """
-    gateway_of_instance = {**(gateway_of_instance or {}), **gateways_of_instances(series)}
-
-    by_gateway: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for s in series:
-        labels = dict(s["metric"])
-        name = labels.pop("__name__")
-        instance = labels.get("instance", "")
-        gateway_id = (
-            labels.get("gateway_id") if name == INFO_METRIC else None
-        ) or gateway_of_instance.get(instance, instance or labels.get("job") or "prometheus")
-        for key in _TARGET_LABELS:
-            labels.pop(key, None)
-        prefix = name + _format_labels(labels)
-        lines = by_gateway[gateway_id][name]
-        for point in s["values"]:
-            ts, value = point
-            lines.append(f"{prefix} {value} {round(float(ts) * 1000)}")
-    return {
-        gateway_id: [line for name in sorted(names) for line in names[name]]
-        for gateway_id, names in by_gateway.items()
-    }
-
-
-def import_exports(
-    out: Path, paths: Sequence[Path], now: datetime | None = None, sink: Sink | None = None
-) -> list[Path]:
-    """Write each export as its own ``<stamp>-prometheus-<n>`` round of ``sink``."""
-    now = now or datetime.now(UTC)
-    sink = sink or TextSink(out)
-    written: list[Path] = []
-    for index, path in enumerate(paths, start=1):
-        per_gateway = export_to_exposition(read_export(path))
-        written += _write_series(
-            sink, f"{stamp(now)}-prometheus-{index}", per_gateway, f"file:{path}"
-        )
-        log.info("imported the series of %d gateway(s) from %s", len(per_gateway), path)
-    return written
-
-
-def _write_series(
-    sink: Sink,
-    round_name: str,
-    per_gateway: Mapping[str, Sequence[str]],
-    url: str,
-    now: datetime | None = None,
-) -> list[Path]:
-    writer = sink.round(round_name)
-    now_ms = epoch_ms(now or datetime.now(UTC))
-    return [
-        writer.write(ScrapeMeta(gateway_id, url, now_ms, "prometheus"), "\n".join(lines) + "\n")
-        for gateway_id, lines in sorted(per_gateway.items())
-    ]
-
-
-# -- Prometheus HTTP API (query_range, paged in time) -------------------------------------
-
-# Prometheus refuses a range query of more points per series than this ("exceeded
-# maximum resolution of 11,000 points per timeseries").
-MAX_POINTS_PER_SERIES = 11_000
-# What one answer should carry at most (series x points): ~25 bytes of JSON a point, so
-# about 12 MB. The first page of a metric is small and measures its series count; the
-# next pages are sized from it.
-TARGET_POINTS_PER_ANSWER = 500_000
-FIRST_PAGE_POINTS = 60
-# The series the text collector gets from a gateway's /metrics.
-GATEWAY_SERIES = '{__name__=~"kafka_gateway_.*"}'
-PROMETHEUS_TIMEOUT_S = 60.0
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-class PrometheusError(Exception):
-    """Prometheus cannot be reached or refused a query; the message says which and why."""
-
-
-def duration_arg(text: str) -> float:
-    """argparse type of a Prometheus duration (``7d``, ``1h30m``, ``15s``) or seconds."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        pieces = _DURATION.findall(text)
-        if not pieces or "".join(n + u for n, u in pieces) != text:
-            raise argparse.ArgumentTypeError(
-                f"expected a duration like 7d, 1h30m, 15s (or seconds), got {text!r}"
-            ) from None
-        seconds = sum(float(n) * _UNIT_S[u] for n, u in pieces)
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return seconds
-
-
-def time_arg(text: str) -> float:
-    """argparse type of ``--end``: RFC 3339 (``2025-01-08T00:00:00Z``) or Unix seconds."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return parse_utc(text).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected RFC 3339 (2025-01-08T00:00:00Z) or Unix seconds, got {text!r}"
-        ) from None
-
-
-def prometheus_get(base: str, path: str, params: Mapping[str, str | float], timeout: float) -> Any:
-    """``data`` of ``GET <base>/api/v1/<path>``; PrometheusError says what went wrong."""
-    url = f"{base.rstrip('/')}/api/v1/{path}?" + urlencode({k: str(v) for k, v in params.items()})
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = json.load(response)
-    except urllib.error.HTTPError as exc:
-        # Prometheus explains a refused query in the JSON body of a 4xx/5xx answer.
-        try:
-            detail = json.loads(exc.read() or b"{}").get("error") or exc.reason
-        except ValueError:
-            detail = exc.reason
-        raise PrometheusError(f"{base} refused {path}: HTTP {exc.code}: {detail}") from None
-    except (OSError, ValueError) as exc:  # refused, timeouts, DNS, not JSON
-        raise PrometheusError(
-            f"cannot query Prometheus at {base} ({_describe(exc)}); check --prometheus"
-        ) from None
-    if not isinstance(body, dict) or body.get("status") != "success":
-        raise PrometheusError(f"{base} answered {path} with {str(body)[:200]!r}")
-    return body["data"]
-
-
-def pull_prometheus(
-    base: str,
-    start: float,
-    end: float,
-    step: float,
-    sink: Sink,
-    *,
-    timeout: float = PROMETHEUS_TIMEOUT_S,
-    now: datetime | None = None,
-) -> int:
-    """Pull every gateway series of ``start..end`` at ``step`` into ``sink``; samples written.
-
-    One query per metric name and time window: the info series first (they map a
-    Prometheus ``instance`` to its ``gateway_id``), then the others, each in windows
-    sized so an answer stays near ``TARGET_POINTS_PER_ANSWER`` points and never over
-    ``MAX_POINTS_PER_SERIES`` per series.
-    """
-    now = now or datetime.now(UTC)
-    span = {"start": start, "end": end}
-    names = sorted(
-        prometheus_get(base, "label/__name__/values", {"match[]": GATEWAY_SERIES, **span}, timeout)
-    )
-    names.sort(key=lambda name: name != INFO_METRIC)
-    gateway_of_instance: dict[str, str] = {}
-    samples = rounds = 0
-    for name in names:
-        points = FIRST_PAGE_POINTS
-        first = start
-        while first <= end:
-            # ``points`` evaluation times: first, first + step, ..., last.
-            last = min(end, first + (points - 1) * step)
-            params = {"query": f'{{__name__="{name}"}}', "start": first, "end": last, "step": step}
-            series = prometheus_get(base, "query_range", params, timeout)["result"]
-            gateway_of_instance.update(gateways_of_instances(series))
-            per_gateway = export_to_exposition(series, gateway_of_instance)
-            if per_gateway:
-                rounds += 1
-                _write_series(sink, f"{stamp(now)}-prometheus-{rounds}", per_gateway, base, now)
-                samples += sum(len(lines) for lines in per_gateway.values())
-            # Size the next window from this answer's series count.
-            fits = TARGET_POINTS_PER_ANSWER // max(1, len(series))
-            points = max(1, min(MAX_POINTS_PER_SERIES, fits))
-            first = last + step
-        log.info("pulled %s", name)
-    return samples
 
 
 # -- ZooKeeper ------------------------------------------------------------------------------
@@ -595,14 +207,14 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
     )
     parser.add_argument(
         "--flush",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_FLUSH_S,
         metavar="S",
         help=f"parquet: write buffered scrapes to a file every S seconds [{DEFAULT_FLUSH_S:g}]",
     )
     parser.add_argument(
         "--interval",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_INTERVAL_S,
         metavar="S",
         help=f"seconds between rounds [{DEFAULT_INTERVAL_S:g}]",
@@ -614,23 +226,13 @@ def add_collect_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_seconds,
         default=SCRAPE_TIMEOUT_S,
         metavar="S",
         help=f"per-scrape and ZooKeeper timeout [{SCRAPE_TIMEOUT_S:g}]",
     )
     parser.set_defaults(handler=run_collect, parser=parser)
     return parser
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return value
 
 
 def run_collect(args: argparse.Namespace) -> int:
@@ -789,17 +391,10 @@ def _finish(out: Path, total: int, rounds: int) -> int:
 
 
 __all__ = [
-    "ExportError",
-    "RoundResult",
-    "Target",
+    # The Prometheus paging, which the end-to-end test sizes its range by.
+    "FIRST_PAGE_POINTS",
+    "MAX_POINTS_PER_SERIES",
+    "Registry",
     "add_collect_subcommand",
-    "collect_round",
-    "export_to_exposition",
-    "gateway_id_from_text",
-    "import_exports",
-    "merge_targets",
-    "read_export",
     "run_collect",
-    "scrape",
-    "targets_from_registry",
 ]

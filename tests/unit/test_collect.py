@@ -17,21 +17,23 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.parser import text_string_to_metric_families
 
 from featurectl import cli
-from featurectl.collect import (
+from featurectl.plan.columnar import SAMPLES, exposition_samples
+from featurectl.plan.layout import SCRAPES, decode_name, round_time_ms
+from featurectl.prometheus import (
     ExportError,
-    Target,
-    collect_round,
     duration_arg,
     export_to_exposition,
     import_exports,
-    merge_targets,
     read_export,
-    scrape,
-    targets_from_registry,
     time_arg,
 )
-from featurectl.plan.columnar import SAMPLES, exposition_samples
-from featurectl.plan.layout import SCRAPES, decode_name, round_time_ms
+from featurectl.scrape import (
+    Target,
+    collect_round,
+    merge_targets,
+    scrape,
+    targets_from_registry,
+)
 from gateway.features.znode import Registration
 from gateway.observability.metrics import TRAFFIC_LABELS
 from tests.harness import free_port

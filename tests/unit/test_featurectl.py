@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from featurectl import cli
+from featurectl.commands.update import DISABLE_REFUSED, DOWNGRADE_REFUSED
 from featurectl.features import (
     FeatureRow,
     Outcome,
@@ -29,10 +30,11 @@ from featurectl.features import (
     outcome_lines,
     plan_updates,
 )
+from featurectl.options import DEFAULT_TIMEOUT_S, ZOOKEEPER_AUTH_ENV
 from gateway import __version__
 from gateway.commands import EXIT_SIGPIPE
 from gateway.features.catalogue import parse_catalogue
-from gateway.features.store import EpochConflict
+from gateway.features.store import ZOOKEEPER_ENV, EpochConflict
 from gateway.features.validation import UpgradeType
 from gateway.features.znode import Finalized, Registration
 
@@ -332,8 +334,8 @@ def test_outcome_document_of_a_write() -> None:
 
 @pytest.fixture(autouse=True)
 def _no_zookeeper_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(cli.ZOOKEEPER_ENV, raising=False)
-    monkeypatch.delenv(cli.ZOOKEEPER_AUTH_ENV, raising=False)
+    monkeypatch.delenv(ZOOKEEPER_ENV, raising=False)
+    monkeypatch.delenv(ZOOKEEPER_AUTH_ENV, raising=False)
 
 
 @pytest.mark.parametrize(
@@ -369,9 +371,9 @@ def test_zookeeper_is_required_without_the_environment_variable(
 @pytest.mark.parametrize(
     ("argv", "refusal"),
     [
-        (["downgrade", "--feature", "group.version=0"], cli.DOWNGRADE_REFUSED),
-        (["downgrade", "--feature", "group.version=1", "--unsafe"], cli.DOWNGRADE_REFUSED),
-        (["disable", "--feature", "group.version"], cli.DISABLE_REFUSED),
+        (["downgrade", "--feature", "group.version=0"], DOWNGRADE_REFUSED),
+        (["downgrade", "--feature", "group.version=1", "--unsafe"], DOWNGRADE_REFUSED),
+        (["disable", "--feature", "group.version"], DISABLE_REFUSED),
     ],
 )
 def test_downgrades_need_allow_downgrade(
@@ -410,7 +412,7 @@ def test_zookeeper_options_are_taken_before_the_command_word_and_after_wins() ->
     neither = parse(["describe"])
     assert (neither.chroot, neither.timeout, neither.zookeeper_tls_check_hostname) == (
         "/kafka-gateway",
-        cli.DEFAULT_TIMEOUT_S,
+        DEFAULT_TIMEOUT_S,
         True,
     )
     # collect and plan keep their own --zookeeper/--chroot; the top-level ones reach them.

@@ -1,0 +1,377 @@
+"""``featurectl finalize`` (alias ``upgrade``), ``downgrade`` and ``disable``: change the
+cluster-wide finalized feature levels.
+
+Over ZooKeeper: read the finalized levels and what every live gateway supports, let
+``featurectl.features`` validate the update, and write it with a compare-and-set on the
+epoch that was read. With ``--bootstrap-server``: UpdateFeatures requests to one gateway,
+which validates and writes the same way. The output and exit codes are the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import socket
+import sys
+from collections.abc import Mapping
+
+from gateway.commands import add_command
+from gateway.features.catalogue import load_catalogue
+from gateway.features.store import EpochConflict
+from gateway.features.validation import FeatureUpdate, validate_updates
+from gateway.features.znode import Finalized
+from gateway.observability.logging import configure_logging
+
+from ..connect import feature_store, kafka_client
+from ..exits import EXIT_CODES, EXIT_OK, EXIT_REJECTED, CliError
+from ..features import (
+    Outcome,
+    answered_plan,
+    feature_updates,
+    outcome_document,
+    outcome_lines,
+    plan_updates,
+)
+from ..kafka import update_features_range
+from ..options import (
+    CONNECTION,
+    KAFKA_CONNECTION,
+    check_feature_names,
+    common_options,
+    feature_level,
+    feature_name,
+)
+from ..releases import release_table, release_updates
+
+_JSON = """\
+json (--output json): one document on stdout whenever the update was validated
+(exit 0, or 1 for a rejection or a conflict); other failures print only to stderr.
+  command      "finalize" | "downgrade" | "disable"
+  ok           true when written (or, with dry_run, when it would be written)
+  dry_run      true with --dry-run
+  old_epoch    the epoch the update was validated against (-1: never finalized)
+  new_epoch    the epoch after the write; null unless written
+  changes      [{"feature", "from", "to"}] levels changed (or that would change)
+  errors       [{"feature", "error_code", "message", "blocking_gateways": [ids]}]
+  conflict     null, or {"expected_epoch", "actual_epoch"} when another change won"""
+
+
+_FINALIZE_EPILOG = f"""\
+examples:
+  featurectl finalize --zookeeper zk-0:2181 --feature group.version=1
+  featurectl finalize --feature transaction.version=2 --feature share.version=1 --dry-run
+  featurectl --bootstrap-server gw-0:9092 upgrade --feature group.version=1
+  featurectl --bootstrap-server gw-0:9092 upgrade --release-version 4.0 --dry-run
+
+--release-version/--metadata VERSION sets every feature the gateways gate to the level
+that Apache Kafka release ships with (featurectl version-mapping shows them); features
+no live gateway can serve (metadata.version, which only KRaft has, or what the brokers
+behind the gateways lack) are skipped with a note on stderr, and so are features the
+release has at the level they are already at.
+
+output: one line per change ("group.version: 0 → 1"), then "epoch: 3 → 4".
+
+{_JSON}
+
+{CONNECTION}
+
+{KAFKA_CONNECTION}
+
+{EXIT_CODES}"""
+
+_DOWNGRADE_EPILOG = f"""\
+examples:
+  featurectl downgrade --feature transaction.version=1 --allow-downgrade
+  featurectl downgrade --feature group.version=0 --allow-downgrade   # same as disable
+  featurectl downgrade --feature transaction.version=1 --allow-downgrade --dry-run
+  featurectl --bootstrap-server gw-0:9092 downgrade --release-version 3.9 --allow-downgrade
+
+{_JSON}
+
+{CONNECTION}
+
+{KAFKA_CONNECTION}
+
+{EXIT_CODES}"""
+
+_DISABLE_EPILOG = f"""\
+examples:
+  featurectl disable --feature share.version --allow-downgrade
+  featurectl disable --feature share.version --feature streams.version --allow-downgrade
+  featurectl --bootstrap-server gw-0:9092 disable --feature share.version --allow-downgrade
+
+{_JSON}
+
+{CONNECTION}
+
+{KAFKA_CONNECTION}
+
+{EXIT_CODES}"""
+
+DOWNGRADE_REFUSED = (
+    "refusing to downgrade: downgrading can make clients that use the newer API versions "
+    "fail; pass --allow-downgrade to confirm (nothing was changed)"
+)
+DISABLE_REFUSED = (
+    "refusing to disable: disabling withdraws the API versions a feature gates, so "
+    "clients that use them can fail; pass --allow-downgrade to confirm (nothing was changed)"
+)
+
+
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """finalize (and its alias upgrade), downgrade, disable."""
+    common = common_options()
+    _add_update_command(
+        commands,
+        common,
+        "finalize",
+        help_text="raise finalized feature levels (alias: upgrade, as kafka-features.sh)",
+        aliases=("upgrade",),
+        description="Finalize (upgrade) feature levels cluster-wide. Every live gateway must "
+        "support each new level; then the levels are written with a compare-and-set on the "
+        "epoch that was read, so a concurrent change is never lost: the later writer gets a "
+        "conflict and re-runs. Either every update is applied or none.",
+        epilog=_FINALIZE_EPILOG,
+    )
+    _add_update_command(
+        commands,
+        common,
+        "downgrade",
+        help_text="lower finalized feature levels (needs --allow-downgrade)",
+        description="Lower finalized feature levels (level 0 disables the feature). Clients "
+        "that use API versions only the higher level allows can fail, hence "
+        "--allow-downgrade. Every live gateway must support each new level >= 1; the write "
+        "is a compare-and-set on the epoch that was read. Either every update is applied or "
+        "none.",
+        epilog=_DOWNGRADE_EPILOG,
+    )
+    _add_update_command(
+        commands,
+        common,
+        "disable",
+        help_text="remove finalized feature levels (needs --allow-downgrade)",
+        description="Remove the finalized level of features, withdrawing the API versions "
+        "they gate from clients (a downgrade to level 0, hence --allow-downgrade). The write "
+        "is a compare-and-set on the epoch that was read. Either every update is applied or "
+        "none.",
+        epilog=_DISABLE_EPILOG,
+    )
+
+
+def _add_update_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    name: str,
+    *,
+    help_text: str,
+    description: str,
+    epilog: str,
+    aliases: tuple[str, ...] = (),
+) -> argparse.ArgumentParser:
+    parser = add_command(
+        commands,
+        name,
+        aliases=list(aliases),
+        parents=[common],
+        help_text=help_text,
+        description=description,
+        epilog=epilog,
+    )
+    if name == "disable":
+        parser.add_argument(
+            "--feature",
+            action="append",
+            required=True,
+            type=feature_name,
+            metavar="NAME",
+            help="a feature whose finalized level to remove (repeat for several)",
+        )
+    else:
+        parser.add_argument(
+            "--feature",
+            action="append",
+            type=feature_level,
+            metavar="NAME=LEVEL",
+            help="a feature and its new finalized level (repeat for several)",
+        )
+        parser.add_argument(
+            "--release-version",
+            "--metadata",
+            dest="release_version",
+            metavar="VERSION",
+            help="every feature to the level Apache Kafka VERSION ships with (e.g. 4.0); "
+            "instead of --feature",
+        )
+    if name != "finalize":
+        parser.add_argument(
+            "--allow-downgrade",
+            action="store_true",
+            help="confirm that lowering levels may break clients using newer API versions",
+        )
+        parser.add_argument(
+            "--unsafe",
+            action="store_true",
+            help="ask for an UNSAFE_DOWNGRADE (ZooKeeper mode treats it as a safe one)",
+        )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="validate and show the changes; write nothing"
+    )
+    parser.set_defaults(handler=update, parser=parser)
+    return parser
+
+
+def _known_features(finalized: Finalized, *supported: Mapping[str, tuple[int, int]]) -> set[str]:
+    """What an update's --feature may name: as describe's rows (catalogue, gateways,
+    finalized levels)."""
+    known = set(load_catalogue()) | set(finalized.levels)
+    for ranges in supported:
+        known |= set(ranges)
+    return known
+
+
+def _feature_names(args: argparse.Namespace) -> list[str]:
+    """The names --feature gave (NAME for disable, NAME=LEVEL otherwise); none with
+    --release-version, whose names come from the release table."""
+    if not args.feature:
+        return []
+    return [item if isinstance(item, str) else item[0] for item in args.feature]
+
+
+def _operator(args: argparse.Namespace) -> dict[str, object]:
+    """Who changes the levels, for the audit line: the ZooKeeper identity when there is
+    one (what ACLs judge), else the operating-system user; from this host."""
+    user = getpass.getuser()
+    credentials = args.zookeeper_auth or getattr(args, "zookeeper_sasl", None)
+    principal = f"zookeeper:{credentials.partition(':')[0]}" if credentials else f"os:{user}"
+    return {
+        "principal": principal,
+        "address": socket.gethostname(),
+        "via": "featurectl",
+        "os_user": user,
+    }
+
+
+def _servable(finalized: Finalized, *supported: Mapping[str, tuple[int, int]]) -> set[str]:
+    """Features --release-version may set: finalized ones, or ones a gateway can serve."""
+    known = set(finalized.levels)
+    for ranges in supported:
+        known |= {name for name, (_, high) in ranges.items() if high >= 1}
+    return known
+
+
+def _requested_updates(
+    args: argparse.Namespace, finalized: Finalized, known: set[str]
+) -> list[FeatureUpdate]:
+    """The FeatureUpdates the command line asks for, given the levels read.
+
+    ``--release-version`` needs them: it moves only the features whose release level
+    differs (notes on stderr say which were skipped and why).
+    """
+    unsafe = getattr(args, "unsafe", False)
+    if args.command == "disable":
+        return feature_updates("disable", [(name, 0) for name in args.feature], unsafe=unsafe)
+    if args.release_version is None:
+        return feature_updates(args.command, args.feature, unsafe=unsafe)
+    levels = release_table().levels(args.release_version)
+    wanted, notes = release_updates(levels, known, dict(finalized.levels), args.command)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return feature_updates(args.command, sorted(wanted.items()), unsafe=unsafe)
+
+
+def _nothing_to_change(args: argparse.Namespace) -> int:
+    message = (
+        f"nothing to change: no feature the gateways serve is below (upgrade) or above "
+        f"(downgrade) its Apache Kafka {args.release_version} level"
+    )
+    if args.output == "json":
+        print(json.dumps({"command": args.command, "ok": True, "changes": []}, indent=2))
+    print(message, file=sys.stderr)
+    return EXIT_OK
+
+
+def update(args: argparse.Namespace) -> int:
+    if args.command != "finalize" and not args.allow_downgrade:
+        refused = DOWNGRADE_REFUSED if args.command == "downgrade" else DISABLE_REFUSED
+        raise CliError(EXIT_REJECTED, refused)
+    if args.bootstrap_server is not None:
+        outcome = _update_via_kafka(args)
+        if outcome is None:
+            return _nothing_to_change(args)
+    else:
+        # The audit line (features.changed) goes to stderr as JSON, apart from the output.
+        configure_logging("json", "info")
+        with feature_store(args) as store:
+            finalized = store.read()
+            supported = store.supported_by_gateway()
+            check_feature_names(
+                _feature_names(args), _known_features(finalized, *supported.values())
+            )
+            known = _servable(finalized, *supported.values())
+            updates = _requested_updates(args, finalized, known)
+            if not updates:
+                return _nothing_to_change(args)
+            plan = plan_updates(args.command, finalized, supported, updates)
+            outcome = Outcome(plan, dry_run=args.dry_run)
+            if plan.ok and not args.dry_run:
+                try:
+                    new_epoch = store.write(
+                        plan.target,
+                        expected_epoch=finalized.epoch,
+                        old=finalized.levels,
+                        who=_operator(args),
+                    )
+                    outcome = Outcome(plan, new_epoch=new_epoch)
+                except EpochConflict as conflict:
+                    outcome = Outcome(plan, conflict=conflict)
+    out, err = outcome_lines(outcome)
+    for line in err:
+        print(line, file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps(outcome_document(outcome), indent=2))
+    else:
+        for line in out:
+            print(line)
+    return EXIT_OK if outcome.ok else EXIT_REJECTED
+
+
+def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
+    """finalize/downgrade/disable through a gateway; None when there is nothing to do.
+
+    Validation first (UpdateFeatures v1 ValidateOnly, or locally against the gateway's
+    advertised support from a v0-only peer), so that a refusal changes nothing and
+    --dry-run is the gateway's own verdict. The write then uses v2 where offered (the
+    gateway applies it all or nothing), else v1/v0 (Kafka applies the valid items of
+    those; the validation just before makes that all of them).
+    """
+    with kafka_client(args) as client:
+        described = client.describe()
+        client.authenticate()
+        finalized = described.finalized
+        check_feature_names(_feature_names(args), _known_features(finalized, described.supported))
+        known = _servable(finalized, described.supported)
+        updates = _requested_updates(args, finalized, known)
+        if not updates:
+            return None
+        versions = update_features_range(described)
+        if versions is None:
+            raise CliError(
+                EXIT_REJECTED,
+                f"{args.bootstrap_server} does not offer UpdateFeatures (key 57); use --zookeeper",
+            )
+        if versions[1] >= 1:
+            results, _, _ = client.update_features(1, updates, validate_only=True)
+        else:
+            gateways = {args.bootstrap_server: described.supported}
+            results = list(validate_updates(finalized.levels, gateways, updates).results)
+        plan = answered_plan(args.command, finalized, updates, results)
+        if not plan.ok or args.dry_run:
+            return Outcome(plan, dry_run=args.dry_run)
+        results, _, _ = client.update_features(min(versions[1], 2), updates)
+        written = answered_plan(args.command, finalized, updates, results)
+        if not written.ok:
+            return Outcome(written)
+        # The gateway answers once it serves the new epoch (as Kafka does), so a fresh
+        # ApiVersions on this connection reports it.
+        return Outcome(written, new_epoch=client.describe().finalized.epoch)
