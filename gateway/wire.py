@@ -93,7 +93,12 @@ def encode(entity: Any) -> bytes:
 
 def decode(entity_type: type[E], data: bytes, offset: int = 0, *, exact: bool = True) -> E:
     """A kio entity of ``entity_type`` read from ``data`` at ``offset``; with ``exact``,
-    bytes left after it are a ValueError."""
+    bytes left after it are a ValueError.
+
+    kio raises KeyError on a tagged field it does not know (KIP-482 says skip it): a
+    response that may carry one (tags a gateway adds) goes through
+    ``decode_with_unknown_tags`` instead.
+    """
     value, size = entity_reader(entity_type)(data, offset)
     if exact and offset + size != len(data):
         raise ValueError(
