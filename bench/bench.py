@@ -44,10 +44,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
-from gateway.protocol._wire import read_uvarint, skip_tagged_fields
 from gateway.server.embedded import free_port
+from gateway.wire import encode_request as encode_body
+from gateway.wire import read_uvarint, request_frame, skip_tagged_fields
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -99,18 +100,8 @@ class BenchError(Exception):
 
 def encode_request(entity: Any, correlation_id: int) -> bytes:
     """Frame a kio request entity (length prefix + request header v1/v2 + body)."""
-    header_cls = entity.__header_schema__
-    header = header_cls(
-        request_api_key=entity.__api_key__,
-        request_api_version=entity.__version__,
-        correlation_id=correlation_id,
-        client_id=CLIENT_ID,
-    )
-    out = io.BytesIO()
-    entity_writer(header_cls)(out, header)
-    entity_writer(type(entity))(out, entity)
-    payload = out.getvalue()
-    return struct.pack(">i", len(payload)) + payload
+    api_key, version = int(entity.__api_key__), int(entity.__version__)
+    return request_frame(api_key, version, correlation_id, encode_body(entity), CLIENT_ID)
 
 
 def _build(cls: Any, **fields: Any) -> Any:

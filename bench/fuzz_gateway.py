@@ -35,7 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.protocol._wire import write_uvarint as uvarint
+from gateway.wire import frame as framed
+from gateway.wire import request_header
+from gateway.wire import write_uvarint as uvarint
 from tests.harness import GatewayProcess, TansuBroker, ZooKeeperProcess
 
 PROBE_ID = 0x7EADBEEF
@@ -47,13 +49,9 @@ def cstr(value: str) -> bytes:
     return uvarint(len(raw) + 1) + raw
 
 
-def header(key: int, version: int, cid: int, flexible: bool, client_id: bytes = b"fuzz") -> bytes:
-    out = struct.pack(">hhih", key, version, cid, len(client_id)) + client_id
-    return out + (b"\x00" if flexible else b"")
-
-
-def framed(payload: bytes) -> bytes:
-    return struct.pack(">i", len(payload)) + payload
+def header(key: int, version: int, cid: int, flexible: bool, client_id: str = "fuzz") -> bytes:
+    """Request header v2 (flexible) or v1, whatever the key and version say."""
+    return request_header(key, version, cid, client_id, 2 if flexible else 1)
 
 
 # Valid requests: the seeds of the mutations (bodies written by hand, Kafka's layouts).

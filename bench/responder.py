@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import datetime
 import importlib
-import io
 import multiprocessing
 import os
 import socket
@@ -42,7 +41,9 @@ from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
+
+from gateway.wire import api_spec, request_frame
+from gateway.wire import encode as _encode
 
 LOOPBACK = "127.0.0.1"
 API_VERSIONS, METADATA, DESCRIBE_GROUPS, FIND_COORDINATOR, PRODUCE, FETCH = 18, 3, 15, 10, 0, 1
@@ -93,17 +94,11 @@ def _build(cls: Any, **fields: Any) -> Any:
     return cls(**{k: v for k, v in fields.items() if k in names})
 
 
-def _encode(entity: Any) -> bytes:
-    out = io.BytesIO()
-    entity_writer(type(entity))(out, entity)
-    return out.getvalue()
-
-
 def _header_tagged(api_key: int, version: int) -> bool:
     """Response header v1 (a tagged section) for flexible versions, except ApiVersions."""
-    if api_key == API_VERSIONS:
-        return False
-    return bool(_schema(_API_NAMES[api_key], version, "response").__flexible__)
+    spec = api_spec(api_key)
+    assert spec is not None
+    return spec.response_header_version(version) == 1
 
 
 _API_NAMES = {
@@ -404,13 +399,7 @@ def start(partitions: int = 10_000, processes: int = 2, port: int = 0) -> Respon
 
 def request(key: int, version: int, body: bytes = b"", correlation_id: int = 1) -> bytes:
     """A request frame with header v1 (client id "bench"); v2 for flexible versions."""
-    flexible = key != API_VERSIONS and _schema(_API_NAMES[key], version, "request").__flexible__
-    flexible = flexible or (key == API_VERSIONS and version >= 3)
-    header = struct.pack(">hhi", key, version, correlation_id) + struct.pack(">h", 5) + b"bench"
-    if flexible:
-        header += b"\x00"
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
+    return request_frame(key, version, correlation_id, body, "bench")
 
 
 @cache

@@ -50,6 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.wire import API_VERSIONS, request_frame
 from tests.harness import LOOPBACK, GatewayProcess, HarnessError, TansuBroker, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.procs import ManagedProcess
@@ -402,9 +403,7 @@ def aiokafka_churn(bootstrap: str, churn: Churn, stop: threading.Event) -> None:
 def api_versions_v0(correlation_id: int) -> bytes:
     """An ApiVersions v0 request frame (header v1, empty body): the first request of the
     attacker that then goes silent."""
-    client = b"soak-attacker"
-    payload = struct.pack(">hhih", 18, 0, correlation_id, len(client)) + client
-    return struct.pack(">i", len(payload)) + payload
+    return request_frame(API_VERSIONS, 0, correlation_id, b"", "soak-attacker")
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,21 @@ advertises in place of the brokers.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from dataclasses import dataclass
 
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
 from gateway import __version__
-from gateway.interceptors._codec import encode_request
 from gateway.interceptors.api_versions import (
     DEFAULT_SOFTWARE_TAGS,
     SoftwareTags,
     read_broker_software,
 )
-from gateway.protocol import API_VERSIONS, METADATA
+from gateway.wire import (
+    API_VERSIONS,
+    api_versions_request,
+    encode_request,
+    metadata_request,
+    metadata_version,
+)
 
 from .kafka import ClientConfig, KafkaClient, KafkaClientError
 
@@ -36,18 +37,11 @@ class BrokerSoftwareRow:
     error: str | None = None
 
 
-# The newest Metadata version featurectl sends; older ones where the peer offers no more.
-# v0 is never sent: there an empty topic list means every topic, not none.
-_METADATA_MAX = 12
-
-
 def api_versions_payload(
     address: str, timeout: float = 5.0, config: ClientConfig | None = None
 ) -> bytes:
     """One ApiVersions v3 round trip (plaintext unless ``config`` says); the response body."""
-    body = encode_request(
-        ApiVersionsRequest(client_software_name="featurectl", client_software_version=__version__)
-    )
+    body = encode_request(api_versions_request(3, "featurectl", __version__))
     with KafkaClient(address, config or ClientConfig(), timeout) as client:
         return client.roundtrip(API_VERSIONS, 3, body)
 
@@ -60,22 +54,10 @@ def advertised_brokers(
     with KafkaClient(bootstrap, config or ClientConfig(), timeout) as client:
         described = client.describe()
         client.authenticate()
-        low, high = described.api_ranges.get(METADATA, (0, -1))
-        version = min(high, _METADATA_MAX)
-        if version < max(low, 1):
+        version = metadata_version(described.api_ranges)
+        if version is None:
             raise KafkaClientError(f"{bootstrap} offers no Metadata version featurectl sends")
-        request_type = importlib.import_module(
-            f"kio.schema.metadata.v{version}.request"
-        ).MetadataRequest
-        # The fields differ by version; these are the ones that keep the answer small.
-        wanted = {
-            "topics": (),
-            "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        }
-        fields = {f.name for f in dataclasses.fields(request_type)}
-        answer = client.request(request_type(**{k: v for k, v in wanted.items() if k in fields}))
+        answer = client.request(metadata_request(version))
     brokers = sorted(answer.brokers, key=lambda broker: int(broker.node_id))
     return [_address(broker.host, int(broker.port)) for broker in brokers]
 

@@ -2,10 +2,10 @@
 
 Why not kafka-python or confluent-kafka: neither sends UpdateFeatures (confluent-kafka's
 Admin API has no features calls at all, and kafka-python has no UpdateFeatures request
-type), and both are test-only dependencies here. The messages themselves are the
-gateway's own kio codecs (``gateway.interceptors._codec``), so featurectl encodes
-ApiVersions and UpdateFeatures exactly as the gateway decodes them; what is left is a
-socket, Python's ``ssl`` and the SASL PLAIN / SCRAM exchanges (RFC 4616, RFC 5802), which
+type), and both are test-only dependencies here. The messages, their framing
+and the connection are the gateway's own (``gateway.wire``), so featurectl encodes
+ApiVersions and UpdateFeatures exactly as the gateway decodes them; what is left is
+Python's ``ssl`` settings and the SASL PLAIN / SCRAM exchanges (RFC 4616, RFC 5802), which
 are a few lines each.
 
 ``--command-config`` reads a Kafka client properties file, as Kafka's own tools do.
@@ -16,19 +16,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import itertools
 import os
 import re
 import secrets
-import socket
 import ssl
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
-from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.update_features.v0.request import FeatureUpdateKey as FeatureUpdateKeyV0
@@ -41,16 +37,22 @@ from kio.schema.update_features.v2.request import UpdateFeaturesRequest as Updat
 from gateway import __version__
 from gateway.features.validation import FeatureUpdate, UpdateResult, UpgradeType
 from gateway.features.znode import Finalized
-from gateway.interceptors._codec import decode_response, encode_request
-from gateway.interceptors._tagged import decode_with_unknown_tags
 from gateway.interceptors.api_versions import read_broker_software
-from gateway.protocol import API_VERSIONS, UPDATE_FEATURES, api_spec, frame, response_body_offset
+from gateway.wire import (
+    API_VERSIONS,
+    UPDATE_FEATURES,
+    KafkaConnection,
+    WrongAnswer,
+    api_versions_request,
+    decode_response,
+    decode_with_unknown_tags,
+    encode_request,
+)
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 UNSUPPORTED_VERSION = 35
-_INT32 = struct.Struct(">i")
-_CLIENT_ID = b"featurectl"
+_CLIENT_ID = "featurectl"
 
 VersionRange = tuple[int, int]
 
@@ -283,25 +285,24 @@ class KafkaClient:
         self.address = address
         self._config = config
         self._timeout = timeout
-        self._correlation = itertools.count(1)
-        self._sock: socket.socket | None = None
+        self._conn: KafkaConnection | None = None
 
     def __enter__(self) -> KafkaClient:
         host, port = split_address(self.address)
+        tls = self._tls_context() if self._config.tls else None
         try:
-            sock = socket.create_connection((host, port), timeout=self._timeout)
-            if self._config.tls:
-                sock = self._tls_context().wrap_socket(sock, server_hostname=host)
+            self._conn = KafkaConnection.open(
+                host, port, timeout_s=self._timeout, tls=tls, client_id=_CLIENT_ID
+            )
         except ssl.SSLError as exc:
             raise KafkaClientError(f"TLS handshake with {self.address} failed: {exc}") from None
         except OSError as exc:
             raise KafkaClientError(f"cannot connect to {self.address}: {exc}") from None
-        self._sock = sock
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._sock is not None:
-            self._sock.close()
+        if self._conn is not None:
+            self._conn.close()
 
     def _tls_context(self) -> ssl.SSLContext:
         cfg = self._config
@@ -311,36 +312,15 @@ class KafkaClient:
             context.load_cert_chain(cfg.ssl_certificate, cfg.ssl_key, cfg.ssl_key_password)
         return context
 
-    # -- framing ---------------------------------------------------------------------
-    def _recv_exact(self, size: int) -> bytes:
-        assert self._sock is not None
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("the connection was closed before the answer was complete")
-            chunks += chunk
-        return bytes(chunks)
-
     def roundtrip(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send one request; the response body (after its header)."""
-        spec = api_spec(api_key)
-        assert spec is not None
-        correlation_id = next(self._correlation)
-        header = struct.pack(">hhih", api_key, version, correlation_id, len(_CLIENT_ID))
-        header += _CLIENT_ID
-        if spec.request_header_version(version) == 2:
-            header += b"\x00"  # no tagged fields
-        assert self._sock is not None
+        assert self._conn is not None
         try:
-            self._sock.sendall(frame(header + body))
-            (size,) = _INT32.unpack(self._recv_exact(4))
-            payload = self._recv_exact(size)
-        except (OSError, ConnectionError) as exc:
+            return self._conn.roundtrip(api_key, version, body)
+        except WrongAnswer:
+            raise KafkaClientError(f"{self.address} answered another request") from None
+        except OSError as exc:  # ConnectionError and socket timeouts included
             raise KafkaClientError(f"{self.address}: {exc}") from None
-        if _INT32.unpack_from(payload)[0] != correlation_id:
-            raise KafkaClientError(f"{self.address} answered another request")
-        return payload[response_body_offset(payload, spec.response_header_version(version)) :]
 
     def request(self, entity: Any) -> Any:
         api_key, version = entity.__api_key__, entity.__version__
@@ -354,16 +334,11 @@ class KafkaClient:
         v4 first: below v4, supported features whose minimum is 0 are left out, and a
         gateway's ranges usually start at 0.
         """
-        request: Any = ApiVersionsRequestV4(
-            client_software_name="featurectl", client_software_version=__version__
-        )
-        body = self.roundtrip(API_VERSIONS, 4, encode_request(request))
+        version = 4
+        body = self.roundtrip(API_VERSIONS, 4, encode_request(_api_versions(4)))
         if struct.unpack_from(">h", body)[0] == UNSUPPORTED_VERSION:
-            request = ApiVersionsRequestV3(
-                client_software_name="featurectl", client_software_version=__version__
-            )
-            body = self.roundtrip(API_VERSIONS, 3, encode_request(request))
-        version = request.__version__
+            version = 3
+            body = self.roundtrip(API_VERSIONS, 3, encode_request(_api_versions(3)))
         # The gateway's KIP-885 tags are unknown to kio's schema: set them aside.
         answer, _unknown = decode_with_unknown_tags(API_VERSIONS, version, body)
         if int(answer.error_code) != 0:
@@ -464,6 +439,10 @@ class KafkaClient:
             code,
             message,
         )
+
+
+def _api_versions(version: int) -> Any:
+    return api_versions_request(version, "featurectl", __version__)
 
 
 def update_features_range(described: Described) -> VersionRange | None:

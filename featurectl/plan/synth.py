@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gateway.features.catalogue import load_catalogue
 from gateway.features.znode import Finalized, Registration
-from gateway.protocol._apis import api_spec
+from gateway.wire import api_spec
 
 from .columnar import SampleSink
 from .layout import ScrapeMeta, StateSnapshot, TextSink, epoch_ms, stamp, write_state

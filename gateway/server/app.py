@@ -14,9 +14,6 @@ import asyncio
 import gc
 import ipaddress
 import signal
-import socket
-import ssl
-import struct
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -25,32 +22,22 @@ from .. import __version__
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import CatalogueError
-from ..features.report import NO_FEATURES, FeatureReport, merge_reports
 from ..features.znode import Registration
 from ..interceptors import dispatch
-from ..interceptors import upstream as internal
 from ..interceptors.api_versions import SoftwareTags
+from ..kafka_client import probe_api_versions
 from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
 from ..observability.metrics import Metrics
-from ..protocol import DESCRIBE_CLUSTER
-from ..versions import (
-    ApiVersionsError,
-    BrokerSoftware,
-    VersionRange,
-    fingerprint,
-    gateway_supported,
-    negotiate,
-    parse_upstream_api_versions,
-)
 from .features import FeatureGate
 from .handover_workers import answer_supervisor
 from .http import check_route, json_route, metrics_route, serve_http
 from .limit_counts import SharedCounts
 from .limits import ConnectionLimits
+from .listeners import Listeners
 from .loop_lag import LoopLagMonitor
-from .proxy import ClientConnection, PlainTable
+from .negotiation import Negotiation
+from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
-from .services import Negotiated
 from .sni import SniRouter
 from .tls import (
     TlsSetupError,
@@ -66,13 +53,11 @@ log = get_logger("gateway.server")
 limited = RateLimitedLogger("gateway.server")
 
 
-# Negotiations kept for sharing (Gateway.negotiated): one per upstream and ApiVersions
-# answer, so a cluster mode gateway in front of a large cluster mid-upgrade fits; past
-# this they are forgotten and made again.
-NEGOTIATED_KEPT = 256
+class Gateway(Negotiation, Listeners):
+    """One gateway process (or one worker of a supervisor): its roles are negotiation
+    (``negotiation``), listeners (``listeners``), and here start-up, health, feature
+    gating, connection bookkeeping and shutdown."""
 
-
-class Gateway:
     def __init__(
         self, config: Config, metrics: Metrics | None = None, worker: WorkerRole | None = None
     ) -> None:
@@ -92,17 +77,9 @@ class Gateway:
         self.software_tags = SoftwareTags(
             config.broker_software_name_tag, config.broker_software_version_tag
         )
-        self._own_ranges = gateway_supported()
-        # Keyed by upstream, its ranges and the shape of its features (not their epoch).
-        self._negotiated: dict[tuple[object, ...], Negotiated] = {}
-        self._feature_reports: dict[tuple[object, ...], FeatureReport] = {}
-        self._software: dict[HostPort, BrokerSoftware] = {}
-        self._servers: dict[str, asyncio.Server] = {}
-        # Holds the listener-opening tasks so they are not garbage-collected mid-flight.
-        self._broker_listeners: dict[int, asyncio.Task[None]] = {}
+        self._init_negotiation()
+        self._init_listeners()
         self._stopping: asyncio.Event | None = None
-        # Where each listener binds and forwards to, to reopen them after a pause.
-        self._listen_specs: dict[str, tuple[HostPort, HostPort]] = {}
         self._http: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
         counts = None
@@ -155,7 +132,7 @@ class Gateway:
     def upstream_server_hostname(self, address: HostPort) -> str | None:
         return upstream_server_hostname(self.config, address)
 
-    # -- listeners -------------------------------------------------------------------
+    # -- start-up and health ---------------------------------------------------------
     async def start(self) -> None:
         """Raises FeatureStartupError (refuse to start) or OSError (cannot listen)."""
         self._stopping = asyncio.Event()
@@ -260,7 +237,7 @@ class Gateway:
         tls, hostname = self.upstream_tls, self.upstream_server_hostname(upstream)
         self.upstream_watch = UpstreamWatch(
             upstream,
-            lambda: probe_api_versions(upstream, tls, hostname),
+            lambda: probe_api_versions(upstream.host, upstream.port, tls, hostname),
             interval_ms / 1000,
             self.config.upstream_connect_timeout_s,
             on_error=self.metrics.upstream_connect_errors.labels(str(upstream)).inc,
@@ -277,7 +254,10 @@ class Gateway:
         try:
             ranges, features = await asyncio.wait_for(
                 probe_api_versions(
-                    upstream, self.upstream_tls, self.upstream_server_hostname(upstream)
+                    upstream.host,
+                    upstream.port,
+                    self.upstream_tls,
+                    self.upstream_server_hostname(upstream),
                 ),
                 self.config.upstream_connect_timeout_s,
             )
@@ -291,214 +271,6 @@ class Gateway:
             )
             return
         self.advertised_ranges(upstream, ranges, upstream_features=features)
-
-    async def _listen(self, name: str, address: HostPort, upstream: HostPort) -> None:
-        self._listen_specs[name] = (address, upstream)
-        loop = asyncio.get_running_loop()
-        handover = self.worker.handover if self.worker is not None else None
-        inherited = handover.take(name, address) if handover is not None else None
-        if inherited is not None:
-            # Upgrade in place: the old gateway's socket, accept queue and all.
-            server = await loop.create_server(
-                lambda: ClientConnection(self, name, upstream), sock=inherited, ssl=self.client_tls
-            )
-        else:
-            server = await loop.create_server(
-                lambda: ClientConnection(self, name, upstream),
-                address.host,
-                address.port,
-                reuse_address=True,
-                # Workers each open their own listener on the same port and the kernel
-                # spreads connections over them. Chosen over sockets inherited from the
-                # supervisor because cluster mode opens broker listeners at run time, as
-                # Metadata reveals brokers: a worker can do that alone, with no hand-off.
-                reuse_port=self.worker is not None,
-                ssl=self.client_tls,
-            )
-        self._servers[name] = server
-        bound = server.sockets[0].getsockname()
-        log.info(
-            "gateway.listening",
-            listener=name,
-            address=f"{bound[0]}:{bound[1]}",
-            upstream=str(upstream),
-            mode=self.config.mode,
-            advertised=self._advertised_for(name, bound[1]),
-            tls=self.client_tls is not None,
-            upstream_tls=self.upstream_tls is not None,
-        )
-
-    def listening_sockets(self) -> list[tuple[str, HostPort, HostPort, socket.socket]]:
-        """Each listener's name, address, upstream and socket (a duplicate): what an
-        upgrade in place hands to the new gateway (gateway.server.handover)."""
-        out = []
-        for name, server in self._servers.items():
-            address, upstream = self._listen_specs[name]
-            for sock in server.sockets:
-                out.append(
-                    (name, address, upstream, socket.fromfd(sock.fileno(), sock.family, sock.type))
-                )
-        return out
-
-    def _advertised_for(self, listener: str, bound_port: int) -> str:
-        """The address clients are told for a listener (for the log line)."""
-        cfg = self.config
-        if listener.startswith("broker-"):
-            override = cfg.advertised_brokers.get(int(listener.removeprefix("broker-")))
-            if override is not None:
-                return str(override)
-            return str(HostPort(cfg.advertised, bound_port))
-        port = cfg.advertised_port or bound_port
-        if self.sni is not None:
-            return f"{cfg.sni_bootstrap}:{port} and {cfg.sni_broker_host}:{port}"
-        return str(HostPort(cfg.advertised, port))
-
-    def _on_new_broker(self, node_id: int, address: HostPort) -> None:
-        """Cluster mode: open (or re-point) the listener of a broker Metadata revealed."""
-        name = f"broker-{node_id}"
-        port = self.config.cluster_port(node_id)
-        listen = HostPort(self.config.listen.host, port)
-        if name in self._servers and self._listen_specs.get(name) == (listen, address):
-            return  # served already (a socket inherited at an upgrade in place)
-        old = self._servers.pop(name, None)
-        if old is not None:
-            log.info("gateway.broker_moved", node_id=node_id, upstream=str(address))
-            old.close()
-
-        async def open_listener() -> None:
-            try:
-                await self._listen(name, listen, address)
-            except OSError as exc:
-                log.error(
-                    "gateway.broker_listener_failed",
-                    node_id=node_id,
-                    address=str(listen),
-                    error=str(exc),
-                    hint="set [cluster] port_base or ports so broker ports are free",
-                )
-
-        self._broker_listeners[node_id] = asyncio.get_running_loop().create_task(open_listener())
-
-    # -- versions and broker software ---------------------------------------------------
-    def synthesizes_describe_cluster(self, upstream: dict[int, VersionRange]) -> bool:
-        """KIP-700 for any backend: answer DescribeCluster from Metadata when needed."""
-        return self.config.synthesize_describe_cluster or DESCRIBE_CLUSTER not in upstream
-
-    def negotiated(
-        self,
-        address: HostPort,
-        upstream: dict[int, VersionRange],
-        upstream_features: FeatureReport = NO_FEATURES,
-    ) -> Negotiated:
-        """The ranges (and features) of a connection to ``address`` that advertised
-        ``upstream`` and reported ``upstream_features``.
-
-        Every connection to one upstream gets the same answer, so it is made once and
-        shared: the dicts of up to ~90 keys each were most of an idle connection's
-        memory (about 14 kB of its 18 kB of Python objects) when each made its own.
-        Forgotten when the feature caps change, and kept for a few upstreams only.
-        """
-        key = (address, tuple(upstream.items()), upstream_features.shape())
-        found = self._negotiated.get(key)
-        if found is not None:
-            # The feature gate follows the latest answer of each upstream, as when every
-            # connection negotiated for itself (a broker rolled back answers as before).
-            self.features.set_available(str(address), found.available, upstream_features)
-            return found
-        available = negotiate(self._own_ranges, upstream)
-        ranges = self.advertised_ranges(address, upstream, available, upstream_features)
-        passthrough = dict(ranges)
-        for api_key in dispatch.answered_here(self, upstream):
-            passthrough.pop(api_key, None)
-        caps = self.features.caps_for(upstream_features)
-        for api_key, (low, high) in ranges.items():
-            if caps.get(api_key, high) < low:
-                passthrough.pop(api_key, None)  # advertised, refused until finalized
-        if len(self._negotiated) >= NEGOTIATED_KEPT:
-            self._negotiated.clear()
-        lane = PlainTable(
-            passthrough,
-            dispatch.REWRITTEN_FROM,
-            dispatch.lane_walks(passthrough),
-            dispatch.lane_heads(passthrough),
-            dispatch.LAST_HEADS,
-            self.router,
-        )
-        found = self._negotiated[key] = Negotiated(upstream, available, ranges, passthrough, lane)
-        return found
-
-    def feature_report(self, upstream_features: FeatureReport) -> FeatureReport:
-        """What clients of an upstream that reported ``upstream_features`` are told of
-        features: the gateways' levels merged with the broker's (gateway.features.report).
-        Kept per answer, epoch included, for a few answers; forgotten with the levels."""
-        key = upstream_features.key()
-        found = self._feature_reports.get(key)
-        if found is None:
-            if len(self._feature_reports) >= NEGOTIATED_KEPT:
-                self._feature_reports.clear()
-            found = self._feature_reports[key] = merge_reports(
-                self.features.report(),
-                upstream_features,
-                self.features.catalogue,
-                gating=self.features.enabled,
-            )
-        return found
-
-    def advertised_ranges(
-        self,
-        address: HostPort,
-        upstream: dict[int, VersionRange],
-        available: dict[int, VersionRange] | None = None,
-        upstream_features: FeatureReport = NO_FEATURES,
-    ) -> dict[int, VersionRange]:
-        """What clients of this upstream may use: own ∩ upstream ∩ feature caps
-        (+ what the gateway answers itself).
-
-        ``available``: own ∩ upstream, when the caller has it already.
-        """
-        if address not in self._software:
-            software = fingerprint(upstream)
-            self._software[address] = software
-            log.info(
-                "upstream.fingerprint",
-                upstream=str(address),
-                name=software.name,
-                version=software.version,
-                api_keys=len(upstream),
-            )
-            self._set_info(address)
-        if available is None:
-            available = negotiate(self._own_ranges, upstream)
-        self.features.set_available(str(address), available, upstream_features)
-        caps = self.features.caps_for(upstream_features)
-        ranges = negotiate(self._own_ranges, upstream, caps)
-        for key, whole in available.items():
-            # An API a level gates whole (ConsumerGroupHeartbeat, the share-group APIs)
-            # stays advertised and is answered UNSUPPORTED_VERSION until the level is
-            # finalized, as Kafka 4.x does: clients then report "the cluster does not
-            # support" at once (librdkafka's KIP-848 consumer only retried in silence
-            # when the key was missing). Versions a level gates stay withheld.
-            if key not in ranges and caps.get(key, whole[1]) < whole[0]:
-                ranges[key] = whole
-        for key in dispatch.served_for_upstream(self, upstream):
-            # The gateway answers these itself (UpdateFeatures: the finalized levels live
-            # in the gateways' ZooKeeper), so the upstream does not limit them; the
-            # feature caps still do.
-            low, high = self._own_ranges[key]
-            high = min(high, caps.get(key, high))
-            if low <= high:
-                ranges[key] = (low, high)
-        return ranges
-
-    def _set_info(self, address: HostPort) -> None:
-        shown = self.broker_software(address)
-        self.metrics.set_info(
-            gateway_id=self.gateway_id,
-            gateway_version=__version__,
-            broker_software_name=shown.name,
-            broker_software_version=shown.version,
-            upstream=str(address),
-        )
 
     # -- feature gating --------------------------------------------------------------
     def registration(self) -> Registration:
@@ -526,29 +298,10 @@ class Gateway:
 
     def _features_changed(self) -> None:
         """Finalized levels or compatibility changed: re-cap every connection."""
-        self._negotiated.clear()
-        self._feature_reports.clear()
+        self._forget_negotiated()
         for conn in list(self.connections):
             conn.renegotiate()
         self._update_health()
-
-    def _update_health(self) -> None:
-        compatible = self.features.compatible
-        self.metrics.healthy.set(1 if compatible else 0)
-        if not self.started or self.stopping:
-            return
-        if not compatible and self._servers:
-            for server in self._servers.values():
-                server.close()
-            self._servers.clear()
-            log.error("gateway.listeners_paused", reason="incompatible finalized feature levels")
-        elif compatible and not self._servers and self._listen_specs:
-            for name, (address, upstream) in list(self._listen_specs.items()):
-                self._spawn(self._listen(name, address, upstream))
-            log.info("gateway.listeners_resumed")
-
-    def own_range(self, api_key: int) -> VersionRange | None:
-        return self._own_ranges.get(api_key)
 
     def update_features_allowed(self, peer: str) -> bool:
         """Whether a client at ``peer`` ("host:port") may change finalized features."""
@@ -558,31 +311,6 @@ class Gateway:
         except ValueError:
             return False
         return any(address in network for network in self._update_allowed)
-
-    def broker_software(self, address: HostPort) -> BrokerSoftware:
-        """KIP-885 values for an upstream: configured, else its fingerprint."""
-        cfg = self.config
-        if cfg.broker_software_name is not None and cfg.broker_software_version is not None:
-            return BrokerSoftware(cfg.broker_software_name, cfg.broker_software_version)
-        return self._software.get(address, BrokerSoftware("unknown", "unknown"))
-
-    def broker_software_of(self, node_id: int) -> BrokerSoftware | None:
-        """KIP-885 values for a broker by node id; None when this gateway cannot know
-        (a sidecar peer's broker, or a broker no connection has reached yet)."""
-        if isinstance(self.router, ClusterRouter):
-            try:
-                address: HostPort | None = self.router.upstream_for(node_id)
-            except KeyError:
-                address = None
-        elif node_id in self.config.peers:
-            address = None
-        else:
-            address = self.config.upstream
-        if address is None:
-            return None
-        if self.config.broker_software_name is None and address not in self._software:
-            return None
-        return self.broker_software(address)
 
     # -- connections -----------------------------------------------------------------
     def connection_opened(self, conn: ClientConnection) -> ClientInfo:
@@ -689,28 +417,3 @@ class Gateway:
             longest_loop_lag_ms=round(self.loop_lag.longest_s * 1000, 3),
             longest_loop_lag_busy_ms=round(self.loop_lag.longest_busy_s * 1000, 3),
         )
-
-
-async def probe_api_versions(
-    address: HostPort,
-    tls: ssl.SSLContext | None = None,
-    server_hostname: str | None = None,
-) -> tuple[dict[int, VersionRange], FeatureReport]:
-    """Ask a broker ApiVersions on a connection of its own (``UPSTREAM_API_VERSIONS`` in
-    turn): its ranges and the features it reports."""
-    reader, writer = await asyncio.open_connection(
-        address.host, address.port, ssl=tls, server_hostname=server_hostname
-    )
-    try:
-        for wanted in internal.UPSTREAM_API_VERSIONS:
-            version, request = internal.api_versions_request(-1, wanted)
-            writer.write(request)
-            size = struct.unpack(">i", await reader.readexactly(4))[0]
-            payload = await reader.readexactly(size)
-            try:
-                return parse_upstream_api_versions(payload[4:], version)
-            except ApiVersionsError:
-                continue
-        raise ValueError("the upstream refused ApiVersions v0")
-    finally:
-        writer.close()

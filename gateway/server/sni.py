@@ -33,13 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config import HostPort, sni_name, sni_node_id
-from ..interceptors import upstream as internal
-from ..interceptors._codec import decode_response
-from ..interceptors._tagged import strip_unknown_tags
+from ..kafka_client import probe_metadata
 from ..observability.logging import RateLimitedLogger
-from ..protocol import METADATA, api_spec, response_body_offset
-from ..protocol._wire import INT32
-from ..versions import parse_api_versions_response
 from .tls import upstream_server_hostname
 
 if TYPE_CHECKING:
@@ -139,39 +134,15 @@ class SniRouter:
     async def _learn_brokers(self) -> None:
         """Metadata (no topics) from the bootstrap upstream; the router learns its brokers."""
         address = self._bootstrap.upstream
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                address.host,
-                address.port,
-                ssl=self._upstream_tls,
-                server_hostname=upstream_server_hostname(self._config, address),
-            ),
+        metadata = await probe_metadata(
+            address.host,
+            address.port,
+            self._upstream_tls,
+            upstream_server_hostname(self._config, address),
             self._config.upstream_connect_timeout_s,
         )
-
-        async def ask(request: bytes) -> memoryview:
-            writer.write(request)
-            (size,) = INT32.unpack(await reader.readexactly(4))
-            return memoryview(await reader.readexactly(size))
-
-        try:
-            _, request = internal.api_versions_request(-1, 0)
-            ranges = parse_api_versions_response((await ask(request))[4:], 0)
-            low, high = ranges.get(METADATA, (0, -1))
-            version = min(high, 12)
-            if version < max(low, 1):
-                raise ValueError("the upstream offers no Metadata version the gateway reads")
-            payload = await ask(internal.metadata_request(-2, version))
-            spec = api_spec(METADATA)
-            assert spec is not None
-            body = payload[response_body_offset(payload, spec.response_header_version(version)) :]
-            metadata = decode_response(
-                METADATA, version, strip_unknown_tags(METADATA, version, body)
-            )
-            for broker in metadata.brokers:
-                self._router.advertise(int(broker.node_id), broker.host, int(broker.port))
-        finally:
-            writer.close()
+        for broker in metadata.brokers:
+            self._router.advertise(int(broker.node_id), broker.host, int(broker.port))
 
     def _known_brokers(self) -> tuple[HostPort, ...]:
         """Every broker pinned or learned so far, other than the bootstrap upstream."""

@@ -3,7 +3,8 @@
 Modelled on uvicorn's and gunicorn's worker model: a small parent process owns the
 lifecycle and the things there must be one of, and N worker processes serve clients.
 
-The supervisor (this module):
+The supervisor (this module; its operator endpoint in ``supervisor_http``, what it keeps
+of each worker process in ``workers``):
 
 * checks start-up once: learns the upstream's versions, reads the finalized feature
   levels and refuses to start (one message, exit 1) when they exceed the support;
@@ -32,35 +33,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import multiprocessing
 import os
 import signal
 import socket
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field, replace
-from multiprocessing import forkserver, resource_tracker
+from dataclasses import replace
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any
-
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from ..config import Config, HostPort
 from ..observability.logging import RateLimitedLogger, configure_logging, get_logger
-from ..observability.merge import MetricsMerger, Parsed, parse
+from ..observability.merge import MetricsMerger
 from ..observability.metrics import Metrics
 from .app import Gateway
 from .handover import Listener, Successor, server_listeners
 from .handover_workers import SupervisorHandover, WorkerHandover
-from .http import Route, check_route, serve_http
+from .http import serve_http
 from .limit_counts import NO_LIMIT, SharedCounts
 from .limits import ConnectionLimits
+from .supervisor_http import OperatorEndpoint
 from .worker_role import WorkerRole
+from .workers import Slot, WorkerStartFailed, how_it_exited, stop_helpers, worker_context
 
 log = get_logger("gateway.supervisor")
 # One limiter for the module: its windows must outlive each call (a worker in a crash
@@ -73,39 +67,9 @@ STABLE_AFTER_S = 10.0
 MAX_RESTART_DELAY_S = 10.0
 # Extra time after drain_timeout_s for a worker to close and deregister, then SIGKILL.
 STOP_GRACE_S = 5.0
-# The supervisor reads the workers' metrics this often even without a scrape, so a
-# worker that dies loses at most this long of counts from the sums.
-REFRESH_S = 5.0
-# The supervisor's own series in /metrics (the rest comes from the workers). A SIGHUP
-# reaches every worker, but it is one reload of the gateway: the supervisor's own control
-# plane loads the same files first, and its count is the one shown.
-OWN_FAMILIES = frozenset({"kafka_gateway_worker_restarts", "kafka_gateway_config_reloads"})
 
 
-class WorkerStartFailed(OSError):
-    """A worker exited before it served (a listener it cannot open, ...)."""
-
-
-@dataclass
-class Slot:
-    """One worker position: its current process and what the supervisor knows of it."""
-
-    index: int
-    process: BaseProcess | None = None
-    conn: Connection | None = None
-    started_at: float = 0.0
-    ready: bool = False
-    http_port: int | None = None
-    restart_delay_s: float = 0.1
-    restart_at: float | None = None
-    last_metrics: Parsed = field(default_factory=dict)
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.exitcode is None
-
-
-class Supervisor:
+class Supervisor(OperatorEndpoint):
     def __init__(self, config: Config, successor: Successor | None = None) -> None:
         self._reserved: socket.socket | None = None
         if config.listen.port == 0:
@@ -180,7 +144,7 @@ class Supervisor:
             await self.control.features.stop()
             if self._http is not None:
                 self._http.close()
-            _stop_helpers()
+            stop_helpers()
             self._remove_limit_counts()
             raise
         self.started = True
@@ -231,7 +195,7 @@ class Supervisor:
         await self.control.features.stop()
         if self._http is not None:
             self._http.close()
-        _stop_helpers()
+        stop_helpers()
         self._remove_limit_counts()
         log.info("gateway.stopped", workers=len(self.slots))
 
@@ -295,7 +259,7 @@ class Supervisor:
                 if not slot.ready and not slot.alive:
                     assert slot.process is not None
                     raise WorkerStartFailed(
-                        f"worker {slot.index} exited with {_how(slot.process.exitcode)} "
+                        f"worker {slot.index} exited with {how_it_exited(slot.process.exitcode)} "
                         "before serving; its log lines above say why"
                     )
             if all(s.ready for s in self.slots):
@@ -341,7 +305,7 @@ class Supervisor:
             limit_key=f"worker-{slot.index}",
             worker=slot.index,
             pid=slot.process.pid,
-            exit=_how(slot.process.exitcode),
+            exit=how_it_exited(slot.process.exitcode),
             lived_s=round(lived_s, 1),
             connections_released=released,
             action=f"restarting in {slot.restart_delay_s:.1f}s; the other workers keep serving",
@@ -361,144 +325,6 @@ class Supervisor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- the operator endpoint -----------------------------------------------------------
-    def routes(self) -> dict[str, Route]:
-        return {
-            "/metrics": self._metrics_route,
-            "/connections": self._connections_route,
-            "/healthz": check_route(self.health),
-            "/readyz": check_route(self.readiness),
-        }
-
-    def health(self) -> tuple[bool, str]:
-        ok, why = self.control.health()
-        if ok and self.started and not any(s.ready for s in self.slots):
-            return False, "no worker is serving"
-        return ok, why
-
-    def readiness(self) -> tuple[bool, str]:
-        ready = sum(s.ready and s.alive for s in self.slots)
-        if not self.started:
-            return False, "starting"
-        if self.stopping:
-            return False, "draining"
-        if not self.control.features.compatible:
-            return False, "not accepting connections: incompatible finalized feature levels"
-        if not ready:
-            return False, "no worker is serving"
-        ok, why = self.control.upstream_readiness()
-        if not ok:
-            return False, why
-        return True, f"ready ({ready}/{len(self.slots)} workers)"
-
-    async def _metrics_route(self) -> tuple[int, str, bytes]:
-        await self._read_worker_metrics()
-        own = {
-            name: family
-            for name, family in parse(generate_latest(self.metrics.registry).decode()).items()
-            if name in OWN_FAMILIES
-        }
-        merged = self.merger.merge([s.last_metrics for s in self.slots] + [own])
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Fixed(merged))
-        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
-
-    async def _read_worker_metrics(self) -> None:
-        async def read(slot: Slot) -> None:
-            body = await _get(slot, "/metrics")
-            if body is not None:
-                parsed = parse(body.decode())
-                slot.last_metrics = {n: f for n, f in parsed.items() if n not in OWN_FAMILIES}
-
-        await asyncio.gather(*(read(s) for s in self.slots))
-
-    async def _refresh_metrics(self) -> None:
-        while not self.stopping:
-            await asyncio.sleep(REFRESH_S)
-            await self._read_worker_metrics()
-
-    async def _connections_route(self) -> tuple[int, str, bytes]:
-        async def read(slot: Slot) -> list[dict[str, Any]]:
-            body = await _get(slot, "/connections")
-            if body is None:
-                return []
-            entries: list[dict[str, Any]] = json.loads(body)
-            pid = slot.process.pid if slot.process is not None else None
-            for entry in entries:
-                entry["worker"] = slot.index
-                entry["worker_pid"] = pid
-            return entries
-
-        parts = await asyncio.gather(*(read(s) for s in self.slots))
-        every = [entry for part in parts for entry in part]
-        return 200, "application/json", json.dumps(every, indent=1).encode() + b"\n"
-
-
-class _Fixed(Collector):
-    """Hands generate_latest the merged families."""
-
-    def __init__(self, metrics: list[Metric]) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list[Metric]:
-        return self.metrics
-
-
-async def _get(slot: Slot, path: str, timeout_s: float = 5.0) -> bytes | None:
-    """GET a worker's private endpoint; None when it does not answer (dying, busy)."""
-    if not (slot.ready and slot.alive and slot.http_port):
-        return None
-    try:
-        async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection("127.0.0.1", slot.http_port)
-            try:
-                writer.write(f"GET {path} HTTP/1.1\r\nHost: worker\r\n\r\n".encode())
-                raw = await reader.read()
-            finally:
-                writer.close()
-    except (OSError, TimeoutError):
-        return None
-    head, _, body = raw.partition(b"\r\n\r\n")
-    return body if head.startswith(b"HTTP/1.1 200") else None
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """The fork server, or "spawn" where it cannot run.
-
-    The fork server listens on a Unix socket in the temp directory; on a read-only root
-    file system without a writable /tmp (Kubernetes' readOnlyRootFilesystem), it cannot,
-    and "spawn" still can (pipes only), at the cost of each worker's own imports.
-    """
-    try:
-        tempfile.gettempdir()  # raises when no candidate directory is writable
-    except OSError as exc:
-        log.warning(
-            "workers.start_method",
-            method="spawn",
-            reason=f"no writable temp directory for the fork server: {exc}",
-            fix="mount a writable /tmp (or set TMPDIR) to share ~30 MB per worker",
-        )
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    # A preload that fails to import is skipped by multiprocessing: the workers then
-    # import what they need themselves, as spawned ones would.
-    context.set_forkserver_preload(["gateway.server._preload"])
-    return context
-
-
-def _stop_helpers() -> None:
-    """Stop multiprocessing's fork server and the resource tracker it starts, once the
-    workers are gone, so the gateway leaves no process behind (service managers and
-    tests see the group). Nothing here uses what the tracker tracks (the limits table is
-    a file the supervisor removes itself)."""
-    for helper in (
-        getattr(forkserver, "_forkserver", None),
-        getattr(resource_tracker, "_resource_tracker", None),
-    ):
-        stop = getattr(helper, "_stop", None)  # private; absent: each ends on EOF
-        if stop is not None:
-            stop()
-
 
 # A worker's metrics, built by the fork server before it forks (``_preload``): each
 # forked worker starts with its own copy (copy-on-write; nothing is counted before the
@@ -511,14 +337,6 @@ _prebuilt_metrics: Metrics | None = None
 def prebuild_worker_metrics() -> None:
     global _prebuilt_metrics
     _prebuilt_metrics = Metrics()
-
-
-def _how(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "no exit code"
-    if exitcode < 0:
-        return f"signal {signal.Signals(-exitcode).name}"
-    return f"exit code {exitcode}"
 
 
 def run_worker(

@@ -1,10 +1,11 @@
 """A tiny blocking Kafka wire client for raw protocol tests.
 
 Real clients hide exactly what protocol tests must see (header versions, correlation
-ids, a connection the broker closes, a response that never comes), so this speaks the
-framing by hand: ``int32 length | request header | body`` out, ``int32 length |
-response header | body`` in. Bodies are either raw bytes or ``kio`` entities, which
-are generated from Apache Kafka's message JSON files.
+ids, a connection the broker closes, a response that never comes), so this connection
+lets a test choose each of them: ``int32 length | request header | body`` out, ``int32
+length | response header | body`` in. Bodies are either raw bytes or ``kio`` entities,
+which are generated from Apache Kafka's message JSON files; headers, codecs and
+varints are the gateway's own (``gateway.wire``).
 
 Header rules (see docs/kafka-protocol-notes.md): request header v2 for flexible
 versions, v1 otherwise; response header v1 for flexible versions, except ApiVersions,
@@ -13,16 +14,26 @@ whose response header is always v0.
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 import time
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.index import load_response_schema
+
+from gateway import wire
+from gateway.wire import (
+    API_VERSIONS,
+    Incomplete,
+    api_spec,
+    decode,
+    encode,
+    read_uvarint,
+    request_header,
+    write_uvarint,
+)
 
 __all__ = [
     "ApiVersions",
@@ -37,82 +48,22 @@ __all__ = [
     "read_tagged_fields",
 ]
 
-E = TypeVar("E")
-
-API_VERSIONS = 18
 _INT32 = struct.Struct(">i")
-_HEADER_FIXED = struct.Struct(">hhi")
 
 
 class ConnectionClosed(ConnectionError):
     """The peer closed the connection (possibly in the middle of a frame)."""
 
 
-def encode(entity: Any) -> bytes:
-    """Serialize a kio entity (request/response body, or a header) to bytes."""
-    buf = io.BytesIO()
-    entity_writer(type(entity))(buf, entity)
-    return buf.getvalue()
-
-
-def decode(entity_type: type[E], data: bytes, offset: int = 0, *, exact: bool = True) -> E:
-    """Parse a kio entity from *data*; with *exact*, every byte must be consumed.
-
-    Note: kio 0.6 raises KeyError on a tagged field it does not know (KIP-482 says
-    skip it); for responses that may carry such tags, parse the part you need by hand
-    (``parse_api_versions``, ``read_tagged_fields``).
-    """
-    value, size = entity_reader(entity_type)(data, offset)
-    if exact and offset + size != len(data):
-        raise ValueError(
-            f"{entity_type.__name__}: {len(data) - offset - size} trailing bytes after "
-            f"{size} parsed"
-        )
-    return value
-
-
 def is_flexible(api_key: int, api_version: int) -> bool:
     """Whether (api_key, api_version) uses flexible encoding (header v2 / response v1).
 
-    Known versions come from kio's schemas. Versions newer than kio knows are assumed
-    flexible when the newest known version is (versions never become non-flexible);
-    this is how a v99 ApiVersions request still gets a v2 header.
+    Versions newer than kio knows keep the flexibility of the newest known one (versions
+    never become non-flexible); this is how a v99 ApiVersions request still gets a v2
+    header. An unknown key is flexible from 50 on (everything added since KIP-482).
     """
-    try:
-        return bool(load_request_schema(api_key, api_version).__flexible__)
-    except Exception:
-        pass
-    for version in range(api_version - 1, -1, -1):
-        try:
-            return bool(load_request_schema(api_key, version).__flexible__)
-        except Exception:
-            continue
-    return api_key >= 50  # unknown key: everything added since KIP-482 is flexible
-
-
-def _write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _read_uvarint(data: bytes, offset: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if offset >= len(data):
-            raise ValueError("truncated unsigned varint")
-        byte = data[offset]
-        offset += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, offset
-        shift += 7
+    spec = api_spec(api_key)
+    return spec.is_flexible(api_version) if spec is not None else api_key >= 50
 
 
 def encode_request_header(
@@ -122,20 +73,27 @@ def encode_request_header(
     client_id: str | None,
     header_version: int,
 ) -> bytes:
-    """Request header v0/v1/v2 by hand (v2 = v1 + an empty tagged-field section).
+    """Request header v0/v1/v2 (v2 = v1 + an empty tagged-field section), the version
+    given rather than the one the API uses, so a test can send a wrong one.
 
     client_id is a *classic* nullable string (int16 length, -1 = null) in v1 and v2.
     """
-    out = _HEADER_FIXED.pack(api_key, api_version, correlation_id)
-    if header_version >= 1:
-        if client_id is None:
-            out += struct.pack(">h", -1)
-        else:
-            raw = client_id.encode()
-            out += struct.pack(">h", len(raw)) + raw
-    if header_version >= 2:
-        out += _write_uvarint(0)
-    return out
+    return request_header(api_key, api_version, correlation_id, client_id, header_version)
+
+
+def _read_uvarint(data: bytes, offset: int) -> tuple[int, int]:
+    try:
+        return read_uvarint(data, offset)
+    except Incomplete:
+        raise ValueError("truncated unsigned varint") from None
+
+
+def read_tagged_fields(data: bytes, offset: int) -> tuple[dict[int, bytes], int]:
+    """Read a tagged-field section into {tag: raw bytes}; return it and the next offset."""
+    try:
+        return wire.read_tagged_fields(data, offset)
+    except Incomplete:
+        raise ValueError("a tagged-field section runs past the end of the frame") from None
 
 
 def skip_tagged_fields(data: bytes, offset: int) -> int:
@@ -145,21 +103,7 @@ def skip_tagged_fields(data: bytes, offset: int) -> int:
 
 def _compact_string(value: str) -> bytes:
     raw = value.encode()
-    return _write_uvarint(len(raw) + 1) + raw
-
-
-def read_tagged_fields(data: bytes, offset: int) -> tuple[dict[int, bytes], int]:
-    """Read a tagged-field section into {tag: raw bytes}; return it and the next offset."""
-    count, offset = _read_uvarint(data, offset)
-    fields: dict[int, bytes] = {}
-    for _ in range(count):
-        tag, offset = _read_uvarint(data, offset)
-        size, offset = _read_uvarint(data, offset)
-        if offset + size > len(data):
-            raise ValueError(f"tagged field {tag} runs past the end of the frame")
-        fields[tag] = data[offset : offset + size]
-        offset += size
-    return fields, offset
+    return write_uvarint(len(raw) + 1) + raw
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,13 @@ from kio.schema.produce.v12.request import ProduceRequest as ProduceV12
 from kio.schema.produce.v12.response import ProduceResponse as ProduceResponseV12
 from kio.static.primitive import i8, i16, i32
 
-from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.api_versions import read_broker_software
 from gateway.interceptors.describe_cluster import (
     read_software_per_broker,
     strip_software_per_broker,
 )
 from gateway.versions import fingerprint, gateway_supported
+from gateway.wire import strip_unknown_tags
 from tests.harness import Broker
 from tests.harness.kafka_wire import ConnectionClosed, KafkaConnection, decode
 from tests.harness.relay import AnsweringRelay, capped_api_versions

@@ -33,7 +33,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.static.primitive import i32
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.interceptors._tagged import strip_unknown_tags
+from gateway.wire import strip_unknown_tags
 from tests.harness import LOOPBACK, TANSU_NODE_ID, Broker, GatewayProcess, KafkaConnection
 from tests.harness.kafka_wire import decode, encode, read_tagged_fields, skip_tagged_fields
 

@@ -47,9 +47,9 @@ from gateway.features.catalogue import load_catalogue
 from gateway.features.store import FeatureStore, make_client
 from gateway.features.validation import FeatureUpdate, UpgradeType, validate_updates
 from gateway.features.znode import Finalized, decode_feature_znode
-from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.describe_cluster import strip_software_per_broker
 from gateway.server.apache_kafka import ZOOKEEPER_MODE_VERSION
+from gateway.wire import strip_unknown_tags
 from tests.conftest import GatewayFactory
 from tests.harness import (
     UNREACHABLE_HOST,

@@ -33,8 +33,8 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import i8
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.describe_cluster import strip_software_per_broker
+from gateway.wire import strip_unknown_tags
 from tests.harness import GatewayProcess, KafkaConnection, free_port
 from tests.harness.kafka_wire import ConnectionClosed, decode
 from tests.integration.test_features import metric

@@ -18,7 +18,7 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.features.catalogue import default_catalogue_path, load_catalogue
-from gateway.server.supervisor import worker_context
+from gateway.server.workers import worker_context
 
 
 def test_the_fork_server_preloads_the_gateway() -> None:
