@@ -27,14 +27,18 @@ from . import __version__
 from .features.report import FeatureReport
 from .interceptors._codec import decode_response, encode_request
 from .interceptors._tagged import strip_unknown_tags
-from .interceptors.upstream import (
-    GATEWAY_CLIENT_ID,
-    GATEWAY_SOFTWARE_NAME,
-    UPSTREAM_API_VERSIONS,
-)
 from .protocol import API_VERSIONS, METADATA, api_spec, frame, response_body_offset
 from .protocol._wire import INT16, INT32, write_uvarint
 from .versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
+
+GATEWAY_SOFTWARE_NAME = "kafka-gateway"
+GATEWAY_CLIENT_ID = "kafka-gateway"
+
+#: The versions of ApiVersions the gateway asks an upstream, newest first, each tried when
+#: the broker refused the one before: v4 brings every supported feature (a v3 answer
+#: leaves out those whose min level is 0, KIP-1022), v3 is what brokers before 3.9 know,
+#: v0 what every broker answers.
+UPSTREAM_API_VERSIONS = (4, 3, 0)
 
 # The newest Metadata version the probes send; older ones where the broker offers no
 # more. v0 is never sent: there an empty topic list means every topic, not none.

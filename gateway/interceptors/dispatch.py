@@ -32,6 +32,7 @@ from functools import cache
 from kio.index import load_request_schema, load_response_schema
 
 from ..features.report import FeatureReport
+from ..kafka_client import UPSTREAM_API_VERSIONS
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..protocol import (
     API_VERSIONS,
@@ -144,7 +145,7 @@ def forwards_unknown(ctx: Exchange, api_key: int, api_version: int) -> bool:
 def ask_upstream_versions(
     ctx: Exchange,
     negotiated: Callable[[dict[int, VersionRange], FeatureReport], None],
-    versions: tuple[int, ...] = internal.UPSTREAM_API_VERSIONS,
+    versions: tuple[int, ...] = UPSTREAM_API_VERSIONS,
 ) -> None:
     """Learn the upstream's ranges and features on the connection's own behalf (each of
     ``versions`` in turn while the broker refuses them) and hand them to ``negotiated``;

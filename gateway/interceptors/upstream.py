@@ -13,73 +13,45 @@ import datetime
 import importlib
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from .. import __version__
+from ..kafka_client import (
+    GATEWAY_CLIENT_ID,
+    GATEWAY_SOFTWARE_NAME,
+    request_frame,
+)
+from ..kafka_client import api_versions_request as api_versions_request_entity
+from ..kafka_client import metadata_request as metadata_request_entity
 from ..protocol import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
     METADATA,
     RequestHeader,
     api_spec,
-    frame,
     response_header,
 )
-from ..protocol._wire import INT16, INT32
 from ._codec import decode_request, decode_response, encode_request, encode_response
 from ._tagged import strip_unknown_tags
 from .endpoints import AddressBook
-
-GATEWAY_SOFTWARE_NAME = "kafka-gateway"
-GATEWAY_CLIENT_ID = "kafka-gateway"
 
 # ClusterAuthorizedOperations when the client did not ask for them (Kafka's default).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def _request_frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    spec = api_spec(api_key)
-    assert spec is not None
-    client_id = GATEWAY_CLIENT_ID.encode()
-    header = INT16.pack(api_key) + INT16.pack(version) + INT32.pack(correlation_id)
-    header += INT16.pack(len(client_id)) + client_id
-    if spec.request_header_version(version) == 2:
-        header += b"\x00"  # empty tagged-field section of header v2
-    return frame(header + body)
-
-
-#: The versions of ApiVersions the gateway asks an upstream, newest first, each tried when
-#: the broker refused the one before: v4 brings every supported feature (a v3 answer
-#: leaves out those whose min level is 0, KIP-1022), v3 is what brokers before 3.9 know,
-#: v0 what every broker answers.
-UPSTREAM_API_VERSIONS = (4, 3, 0)
-
-
 def api_versions_request(correlation_id: int, version: int = 4) -> tuple[int, bytes]:
     """(version, frame) of the ApiVersions request the gateway sends for itself."""
-    body = b""
-    if version >= 3:
-        schema: Any = load_request_schema(API_VERSIONS, version)
-        body = encode_request(
-            schema(client_software_name=GATEWAY_SOFTWARE_NAME, client_software_version=__version__)
-        )
-    return version, _request_frame(API_VERSIONS, version, correlation_id, body)
+    entity = api_versions_request_entity(version, GATEWAY_SOFTWARE_NAME, __version__)
+    body = encode_request(entity)
+    return version, request_frame(API_VERSIONS, version, correlation_id, body, GATEWAY_CLIENT_ID)
 
 
 def metadata_request(correlation_id: int, version: int) -> bytes:
-    """A Metadata request for no topics: only brokers, cluster id and controller."""
-    schema: Any = load_request_schema(METADATA, version)
-    fields = {f for f in schema.__dataclass_fields__}
-    kwargs: dict[str, Any] = {"topics": () if version == 0 else None}
-    if "allow_auto_topic_creation" in fields:
-        kwargs["allow_auto_topic_creation"] = False
-    if "include_cluster_authorized_operations" in fields:
-        kwargs["include_cluster_authorized_operations"] = False
-    if "include_topic_authorized_operations" in fields:
-        kwargs["include_topic_authorized_operations"] = False
-    return _request_frame(METADATA, version, correlation_id, encode_request(schema(**kwargs)))
+    """A Metadata request (v1+) for no topics: only brokers, cluster id and controller."""
+    body = encode_request(metadata_request_entity(version))
+    return request_frame(METADATA, version, correlation_id, body, GATEWAY_CLIENT_ID)
 
 
 def parse_describe_cluster_request(version: int, body: bytes | memoryview) -> Any:
