@@ -35,7 +35,8 @@ class FrameReader:
         self._max = max_frame_bytes
         self._pass = 0  # bytes of the current frame still to forward untouched
         self._drop = 0  # bytes of the current frame still to discard
-        self._gather: bytearray | None = None  # the current frame, gathered whole
+        # The current frame, gathered whole (or the bytes read, when they are the frame).
+        self._gather: bytearray | bytes | None = None
         self._gather_left = 0
         self._gather_meta: object = None
         self._head = b""  # start of a frame whose first bytes are not all here yet
@@ -147,7 +148,9 @@ class FrameReader:
         """Gather the frame at ``pos``; return the position after what was consumed."""
         self._gather_meta = meta
         if end <= n:
-            self._gather = bytearray(mv[pos:end])
+            # A frame that is the whole read is handed over as the bytes read, no copy.
+            whole = pos == 0 and end == n and isinstance(mv.obj, bytes)
+            self._gather = mv.obj if whole else bytearray(mv[pos:end])  # type: ignore[assignment]
             self._gather_left = 0
             self._emit_gathered(out)
             return end

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from collections.abc import Callable, Coroutine
 from time import perf_counter
 from typing import Any, cast
@@ -49,6 +48,7 @@ from ..protocol import (
     UnreadableResponse,
     frame,
 )
+from ..protocol import _scanner as protocol_scanner
 from ..protocol._apis import api_name
 from ..versions import VersionRange
 from . import allocator
@@ -61,16 +61,13 @@ from .tls import peer_subject
 # each forked worker inherits).
 allocator.pin_mmap_threshold()
 
-# The compiled lane takes the reads of requests and responses forwarded untouched (see
-# gateway/server/_lane.pyx); without it (not compiled, or turned off to compare or to
-# debug) every read takes the Python path below, which does the same.
-if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
-    from . import _lane_py as _lane
+# The reads of a forwarded request and its response run compiled where the scanner is
+# (gateway/server/_lane.pyx); else every read takes the Python path, whose readers call
+# the scanner's twin.
+if protocol_scanner.COMPILED:
+    from . import _lane  # type: ignore[attr-defined]
 else:
-    try:
-        from . import _lane  # type: ignore[no-redef]
-    except ImportError:  # built without a C compiler
-        from . import _lane_py as _lane  # type: ignore[no-redef]
+    from . import _lane_py as _lane  # type: ignore[no-redef]
 
 log = get_logger("gateway.proxy")
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
@@ -108,8 +105,8 @@ READ_BYTES = _lane.READ_BYTES
 # connection keeps a buffer of its own. The gateway runs one event loop per process
 # (workers are processes), so this is also one buffer per loop, as uvloop's is.
 _RECV = _lane.RECV
-# What the lane may take of a negotiation's pass-through table (Gateway.negotiated).
-PlainTable = _lane.PlainTable
+# What the scanner may take of a negotiation's pass-through table (Gateway.negotiated).
+PlainTable = protocol_scanner.PlainTable
 
 # Why a side's reading is paused, as bits: it reads again once no reason is left.
 _HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
@@ -161,13 +158,12 @@ def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview
     out.clear()
 
 
-class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
+class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
     """The client side. Owns the pair: it dials the upstream and tears both down.
 
-    Its reads (``get_buffer``, ``buffer_updated``), its transports, readers, in-flight
-    table and byte counts are the lane's (``_lane.Lane``); a read the lane does not take
-    comes to ``data_received`` or ``upstream_data``.
-    """
+    Composes the two readers, the in-flight table they share and the limits; each read
+    goes to the scanner first (``_lane.Reads``), what it leaves to its reader, and
+    what comes out to the other socket."""
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
     # many attributes is ~1.3 kB a connection; bench/README.md, "Slots, a worker ...").
@@ -194,6 +190,8 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         "peer_ip",
         "principal",
         "ranges",
+        "requests",
+        "responses",
         "tls_subject",
         "upstream_address",
         "upstream_features",
@@ -217,14 +215,6 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         )
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        # The lane's state (gateway/server/_lane.pyx): it takes no read until the
-        # upstream's versions are known (``_lane_state``).
-        self.lane_table = None
-        self.lane_requests = self.lane_responses = False
-        self.lane_frames = 0
-        self.max_frame_bytes = gateway.config.max_frame_bytes
-        self.limits = gateway.limits
-        self.budget_on = bool(gateway.limits.budget)
         self.bytes_in = self.bytes_out = 0  # request bytes in, response bytes out
         self.info: ClientInfo | None = None
         self.peer = "?"
@@ -254,14 +244,21 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
         self._folded_out = 0
-        self.log_sampled = None
         if gateway.request_log is not None:
             self.inflight.observer = self._log_request
-            self.log_sampled = gateway.request_log.sampled
         # Connection limits (gateway/server/limits.py).
         self.peer_ip = "?"
         self.opened_at = 0.0
         self.charged = 0  # bytes counted against queued_max_request_bytes
+        self.partial = 0  # of ``charged``: partial frames (see ``recharge_writes``)
+        self.limits = gateway.limits
+        self.budget_on = bool(gateway.limits.budget)
+        # What the scanner may take: nothing until the upstream's versions are known.
+        self.table = None
+        self.entries = self.inflight.entries
+        self.counts = self.inflight.counts
+        self.max_frame_bytes = gateway.config.max_frame_bytes
+        self.scan_requests_ok = self.scan_responses_ok = False
         self._first_done = False
         self.counted = False  # in the caps' counts (ConnectionLimits.admit/release)
         # The pending start of a connection held by the creation-rate throttle.
@@ -330,8 +327,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
 
     def data_received(self, data: bytes) -> None:
-        """A client read the lane did not take (or what was left of it)."""
-        self.lane_spill()
+        """A client read the scanner did not take (or what was left of it)."""
         if self.ranges is None:
             self._held.append(data)
             self._held_size += len(data)
@@ -339,9 +335,13 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
                 self.pause_client(_HELD)
         else:
             self.bytes_in += len(data)
-            self._to_upstream(self.requests.feed(data))
-            self._lane_state()
-        if self.gateway.limits.budget:
+            items = self.requests.feed(data)
+            if len(items) == 1 and items[0] is data:  # forwarded whole, the commonest
+                self.upstream.write(data)  # type: ignore[union-attr]
+            else:
+                self._to_upstream(items)
+            self._scan_state()
+        if self.budget_on:
             self._recharge()
 
     def _to_upstream(self, items: list[Item]) -> None:
@@ -411,8 +411,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         info = self.info
         if info is None:
             return
-        self.lane_fold(self.inflight.stats)
-        stats = self.inflight.stats.take()
+        stats = self.inflight.fold()
         self.sync_info()
         bytes_in = self.bytes_in - self._folded_in
         bytes_out = self.bytes_out - self._folded_out
@@ -423,31 +422,27 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         """Bring the registry's counts for this connection (/connections) up to date."""
         info = self.info
         if info is not None:
-            info.requests = self.requests.frames + self.lane_frames
+            info.requests = self.requests.frames
             info.bytes_in, info.bytes_out = self.bytes_in, self.bytes_out
 
     def in_flight(self) -> int:
-        """Requests awaiting a response: the lane's and the Python table's."""
-        return len(self.inflight) + self.lane_in_flight
+        """Requests awaiting a response."""
+        return len(self.inflight)
 
-    def _lane_state(self) -> None:
-        """Say which reads the lane may take next, after the Python path changed what
-        it holds: requests when the request reader is between frames; responses when,
-        besides, every outstanding request is in the lane (``lane_absorb`` takes the
-        table's back when they are all plain). The lane's own reads change neither."""
-        inflight = self.inflight
-        table = self.lane_table
-        if table is None or self._closed or inflight.sasl.state:
-            self.lane_requests = self.lane_responses = False
+    def drained(self) -> None:
+        """Draining, the scanner took a read of responses: close once none is left."""
+        if not self.in_flight():
+            self.close()
+
+    def _scan_state(self) -> None:
+        """Say which reads the scanner may take next, after the Python path read: a
+        side's, when its reader is between frames and no SASL exchange is on (raw
+        tokens are no frames to scan). The scanner's own reads change neither."""
+        if self.table is None or self._closed or self.inflight.sasl.state:
+            self.scan_requests_ok = self.scan_responses_ok = False
             return
-        self.lane_requests = not self.draining and not self.requests.mid_frame
-        if self.responses.mid_frame or inflight.has_local_pending:
-            self.lane_responses = False
-            return
-        entries = inflight.plain_entries(table.plain)
-        self.lane_responses = entries is not None and (not entries or self.lane_absorb(entries))
-        if self.lane_responses and entries:
-            inflight.clear()
+        self.scan_requests_ok = not self.draining and not self.requests.mid_frame
+        self.scan_responses_ok = not self.responses.mid_frame
 
     def _log_request(self, entry: InFlightRequest) -> None:
         """The in-flight table's observer: each answered request of the Python path."""
@@ -474,8 +469,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         response_bytes: int,
         outcome: str = "upstream",
     ) -> None:
-        """The request log's line for an answered request; the lane calls it for the
-        answers it forwards and the log samples (``log_sampled``)."""
+        """The request log's line for an answered request."""
         self.gateway.request_log.emit(  # type: ignore[union-attr]
             "request.completed",
             api=api_name(api_key),
@@ -496,15 +490,13 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
 
     def answer(self, entry: InFlightRequest, payload: bytes) -> None:
         self._release(self.inflight.answer_locally(entry, frame(payload)))
-        self._lane_state()
+        self._scan_state()
 
     def ask_upstream(
         self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler
     ) -> int:
         correlation_id = next(_internal_ids)
         version, request = build(correlation_id)
-        self.lane_spill()  # this request goes after the lane's
-        self.lane_responses = False  # its answer goes to the Python path
         entry = self.inflight.add(api_key, version, correlation_id)
         entry.context = handler
         assert self.upstream is not None
@@ -602,15 +594,14 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         )
         self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
         self.feature_report = self.gateway.feature_report(self.upstream_features)
-        self.lane_table = negotiated.lane
-        self._lane_state()
+        self.table = self.requests.table = self.responses.table = negotiated.lane
+        self._scan_state()
 
     def upstream_data(self, data: bytes) -> None:
-        """An upstream read the lane did not take (or what was left of it)."""
+        """An upstream read."""
         client = self.client
         if client is None:
             return
-        self.lane_spill()
         self.bytes_out += len(data)
         # What one read gives the client goes out in one system call (uvloop's writelines
         # is one writev). Written one by one, eight pipelined Produce v10+ answers were
@@ -655,16 +646,14 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             self._to_upstream(self.requests.resume())
         if self.draining and not self.in_flight():
             self.close()
-        self._lane_state()
-        if self.gateway.limits.budget:
+        self._scan_state()
+        if self.budget_on:
             self._recharge()
 
     # -- connection limits (see gateway/server/limits.py) ---------------------------------
     def _recharge(self) -> None:
-        now = self.buffered()
-        if now != self.charged:
-            self.gateway.limits.charge(self, self.charged, now)
-            self.charged = now
+        self.partial = self._held_size + self.requests.buffered + self.responses.buffered
+        self.recharge_writes()
 
     def buffered(self) -> int:
         """Partial frames and bytes not yet written, both ways."""
@@ -683,7 +672,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
 
     def has_request(self) -> bool:
         if not self._first_done:
-            frames = self.requests.frames + self.lane_frames
+            frames = self.requests.frames
             self._first_done = frames > 1 or (frames == 1 and not self.requests.mid_frame)
         return self._first_done
 
@@ -760,7 +749,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
     def drain(self) -> None:
         """Stop taking requests; close once every in-flight request was answered."""
         self.draining = True
-        self.lane_requests = False
+        self.scan_requests_ok = False
         self.pause_client(_DRAINING)
         if not self.in_flight():
             self.close()
@@ -770,7 +759,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             return
         self._closed = True
         # A read that still comes takes the Python path, which knows the pair is closed.
-        self.lane_requests = self.lane_responses = False
+        self.scan_requests_ok = self.scan_responses_ok = False
         # transport.close() still flushes what is buffered, so answered requests reach
         # the client before the socket goes.
         if self.client is not None:
@@ -781,7 +770,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
 
     def abort(self) -> None:
         self._closed = True
-        self.lane_requests = self.lane_responses = False
+        self.scan_requests_ok = self.scan_responses_ok = False
         for transport in (self.client, self.upstream):
             if transport is not None:
                 transport.abort()
@@ -806,9 +795,9 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             self._recharge()
 
 
-class UpstreamConnection(_lane.UpstreamLane, asyncio.BufferedProtocol):
+class UpstreamConnection(_lane.UpstreamReads, asyncio.BufferedProtocol):
     """The broker side; hands everything to its ``ClientConnection`` (its reads through
-    the lane: ``_lane.UpstreamLane``)."""
+    ``_lane.UpstreamReads``)."""
 
     __slots__ = ()
 
