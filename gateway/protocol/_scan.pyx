@@ -436,11 +436,12 @@ cpdef Py_ssize_t match_responses(
     cdef double now = _now()
     if end > PyBytes_GET_SIZE(buf):
         end = PyBytes_GET_SIZE(buf)
-    while end - pos >= 8 and entries:
+    cdef Py_ssize_t answered = 0, count = len(entries)
+    while end - pos >= 8 and answered < count:
         stop = _frame_end(p, pos, end, 4, max_frame_bytes)
         if stop < 0:
             break
-        first = entries[0]
+        first = entries[answered]
         if type(first) is not InFlightRequest:
             break
         entry = <InFlightRequest>first
@@ -450,7 +451,7 @@ cpdef Py_ssize_t match_responses(
             or entry.context is not None
             or entry.local is not None
             or read_int32(p + pos + 4) != entry.correlation_id
-            or _releases_local(entries)
+            or _releases_local(entries, answered + 1)
         ):
             break
         key, version = entry.api_key, entry.api_version
@@ -468,20 +469,22 @@ cpdef Py_ssize_t match_responses(
                 break
         entry.response_bytes = stop - pos
         counts._response(key, version, now - entry.started)
-        del entries[0]
+        answered += 1
         if done is not None:
             done.append(entry)
         pos = stop
+    if answered:
+        del entries[:answered]  # one move of the rest, however many were answered
     if written > start and pos > written:
         pieces.append(PyBytes_FromStringAndSize(<const char*>p + written, pos - written))
     return pos - start
 
 
-cdef bint _releases_local(list entries) except -1:
-    """Whether answering the first entry lets a local answer behind it go out (only
-    acks=0 produces between them, which get no answer): the reader does that."""
+cdef bint _releases_local(list entries, Py_ssize_t after) except -1:
+    """Whether answering the entry before ``after`` lets a local answer behind it go out
+    (only acks=0 produces between them, which get no answer): the reader does that."""
     cdef Py_ssize_t i
-    for i in range(1, len(entries)):
+    for i in range(after, len(entries)):
         entry = entries[i]
         if entry.local is not None:
             return True

@@ -241,19 +241,20 @@ def match_responses(
     pos = written = start
     end = min(end, len(buf))
     now = perf_counter()
-    while end - pos >= 8 and entries:
+    answered, count = 0, len(entries)
+    while end - pos >= 8 and answered < count:
         size, correlation_id = _SIZE_CORRELATION.unpack_from(buf, pos)
         stop = pos + 4 + size
         if size < 4 or size > max_frame_bytes or stop > end:
             break
-        entry = entries[0]
+        entry = entries[answered]
         if (
             not entry.to_upstream
             or not entry.expects_response
             or entry.context is not None
             or entry.local is not None
             or correlation_id != entry.correlation_id
-            or _releases_local(entries)
+            or _releases_local(entries, answered + 1)
         ):
             break
         key, version = entry.api_key, entry.api_version
@@ -270,18 +271,21 @@ def match_responses(
                 break
         entry.response_bytes = stop - pos
         counts.response(key, version, now - entry.started)
-        del entries[0]
+        answered += 1
         if done is not None:
             done.append(entry)
         pos = stop
+    if answered:
+        del entries[:answered]
     if written > start and pos > written:
         pieces.append(buf[written:pos])
     return pos - start
 
 
-def _releases_local(entries: list[InFlightRequest]) -> bool:
-    """Whether answering the first entry lets a local answer behind it go out."""
-    for entry in entries[1:]:
+def _releases_local(entries: list[InFlightRequest], after: int) -> bool:
+    """Whether answering the entry before ``after`` lets a local answer behind it go
+    out (only acks=0 produces between them, which get no answer)."""
+    for entry in entries[after:]:
         if entry.local is not None:
             return True
         if entry.expects_response:

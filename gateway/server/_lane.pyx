@@ -36,6 +36,8 @@ cdef class Reads:
     """Base of ``ClientConnection``: its reads, and the state they share with it."""
 
     cdef public object client, upstream, inflight, limits
+    # Told of each request answered (the request log; ``InFlight.observer``), or None.
+    cdef public object observer
     # The in-flight table's entries (``InFlight.entries``, one list for its life).
     cdef public list entries
     cdef public PlainTable table
@@ -68,7 +70,7 @@ cdef class Reads:
                 self.upstream.write(data)
                 self.bytes_in += nbytes
                 if self.budget_on:
-                    self.recharge_writes()
+                    self._recharge_writes()
                 return
             if taken:
                 self.upstream.write(PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), taken))
@@ -83,8 +85,7 @@ cdef class Reads:
         cdef list pieces, done
         client = self.client
         if self.scan_responses_ok and client is not None:
-            inflight = self.inflight
-            observer = inflight.observer
+            observer = self.observer
             done = None if observer is None else []
             pieces = self._pieces
             if pieces is None:
@@ -115,13 +116,16 @@ cdef class Reads:
                 if self.draining:
                     self.drained()
                 elif self.budget_on:
-                    self.recharge_writes()
+                    self._recharge_writes()
                 return
             if taken:
                 data = PyBytes_FromStringAndSize(read + taken, nbytes - taken)
         self.upstream_data(data)
 
     def recharge_writes(self):
+        self._recharge_writes()
+
+    cdef int _recharge_writes(self) except -1:
         """Charge the budget after a read the scanner took whole: the readers hold the
         partial frames they held at the last full count (the side that was read holds
         none, before and after), so only the transports' buffers are asked again."""
@@ -133,6 +137,7 @@ cdef class Reads:
         if now != self.charged:
             self.limits.charge(self, self.charged, now)
             self.charged = now
+        return 0
 
 
 cdef class UpstreamReads:

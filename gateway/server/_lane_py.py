@@ -30,6 +30,7 @@ class Reads:
         "inflight",
         "limits",
         "max_frame_bytes",
+        "observer",
         "partial",
         "scan_requests_ok",
         "scan_responses_ok",

@@ -244,8 +244,9 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
         self._folded_out = 0
+        self.observer = None
         if gateway.request_log is not None:
-            self.inflight.observer = self._log_request
+            self.inflight.observer = self.observer = self._log_request
         # Connection limits (gateway/server/limits.py).
         self.peer_ip = "?"
         self.opened_at = 0.0
