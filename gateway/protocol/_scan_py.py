@@ -1,5 +1,6 @@
-"""The scanner's Python twin: the functions of ``gateway/protocol/_scan.pyx``, with the
-same signatures and the same contract (read that module's docstring), in Python.
+"""The scanner's Python twin: the functions of ``gateway/protocol/_scan.pyx`` and the
+types of ``_tables.pyx``, with the same signatures and the same contract (read
+``_scan.pyx``'s docstring), in Python.
 
 What runs where the scanner was not compiled (no C compiler at install time), or with
 ``KAFKA_GATEWAY_PURE_PYTHON=1`` in the environment (``gateway.protocol._scanner``).

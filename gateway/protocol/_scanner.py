@@ -10,24 +10,27 @@ import os
 from types import ModuleType
 
 
-def _chosen() -> ModuleType:
+def _chosen() -> tuple[ModuleType, ModuleType]:
+    """(the scanner's functions, its tables): both compiled, or both the twin's."""
     if not os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
         try:
-            # By name: the compiled module has no source an import graph could read
-            # (it imports nothing of the package).
-            return importlib.import_module("gateway.protocol._scan")
+            # By name: the compiled modules have no source an import graph could read
+            # (they import nothing of the package).
+            tables = importlib.import_module("gateway.protocol._tables")
+            return importlib.import_module("gateway.protocol._scan"), tables
         except ImportError:  # built without a C compiler
             pass
     from . import _scan_py
 
-    return _scan_py
+    return _scan_py, _scan_py
 
 
-scan = _chosen()
+scan, tables = _chosen()
 COMPILED: bool = scan.COMPILED
-InFlightRequest = scan.InFlightRequest
-PlainTable = scan.PlainTable
-Counts = scan.Counts
+InFlightRequest = tables.InFlightRequest
+PlainTable = tables.PlainTable
+Counts = tables.Counts
+LATENCY_BUCKETS: tuple[float, ...] = tables.LATENCY_BUCKETS
 scan_requests = scan.scan_requests
 match_responses = scan.match_responses
 tail_offset = scan.tail_offset

@@ -20,7 +20,8 @@ own reads never change it.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t
 
-from gateway.protocol._scan cimport Counts, PlainTable, match_responses, scan_requests
+from gateway.protocol._scan cimport match_responses, scan_requests
+from gateway.protocol._tables cimport Counts, PlainTable
 
 COMPILED = True
 

@@ -86,7 +86,7 @@ def test_the_lane_is_compiled() -> None:
     if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
         pytest.skip("the pure-Python path was asked for")
     assert scanner.COMPILED and proxy._lane.COMPILED
-    assert scanner.scan.LATENCY_BUCKETS == LATENCY_BUCKETS
+    assert scanner.LATENCY_BUCKETS == LATENCY_BUCKETS
 
 
 @compiled_only

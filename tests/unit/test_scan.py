@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,7 +24,12 @@ from gateway.versions import gateway_supported
 from ._connection import RecordingTransport, connected
 from .test_lane import KINDS, _answer
 
-compiled = pytest.importorskip("gateway.protocol._scan") if _scanner.COMPILED else None
+# The compiled scanner: its functions and its tables, as one namespace like the twin's.
+compiled = (
+    SimpleNamespace(**{**vars(_scanner.tables), **vars(_scanner.scan)})
+    if _scanner.COMPILED
+    else None
+)
 MAX = 1 << 20
 
 
