@@ -1,6 +1,5 @@
 """The compiled scanner (gateway/protocol/_scan.pyx, _tables.pyx) and the connection reads
-that call it
-(gateway/server/_lane.pyx); everything else is in pyproject.toml.
+that call it (gateway/server/_lane.pyx); everything else is in pyproject.toml.
 
 setuptools compiles the .pyx with Cython (a build requirement). ``optional``: without a
 C compiler the install still succeeds, and the gateway runs the scanner's Python twin

@@ -1,5 +1,6 @@
 """Sans-I/O Kafka protocol core: bytes in, frames and events out. No sockets here."""
 
+from ._answered import answered_fields, api_of
 from ._apis import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
@@ -69,7 +70,9 @@ __all__ = [
     "TailFinder",
     "TailPolicy",
     "UnreadableResponse",
+    "answered_fields",
     "api_name",
+    "api_of",
     "api_range",
     "api_spec",
     "frame",

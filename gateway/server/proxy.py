@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Coroutine
-from time import perf_counter
 from typing import Any, cast
 
 from ..clients import ClientInfo
@@ -46,10 +45,11 @@ from ..protocol import (
     ResponseReader,
     ResponseTail,
     UnreadableResponse,
+    answered_fields,
+    api_of,
     frame,
 )
 from ..protocol import _scanner as protocol_scanner
-from ..protocol._apis import api_name
 from ..versions import VersionRange
 from . import allocator
 from .services import GatewayServices
@@ -446,42 +446,12 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         self.scan_responses_ok = not self.responses.mid_frame
 
     def _log_request(self, entry: InFlightRequest) -> None:
-        """The in-flight table's observer: each answered request of the Python path."""
+        """The in-flight table's observer: each answered request."""
         request_log = self.gateway.request_log
         if request_log is None or entry.context is not None or not request_log.sampled():
             return
-        self.log_answer(
-            entry.api_key,
-            entry.api_version,
-            entry.correlation_id,
-            entry.started,
-            entry.request_bytes,
-            entry.response_bytes,
-            "gateway" if entry.local is not None else "upstream",
-        )
-
-    def log_answer(
-        self,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-        started: float,
-        request_bytes: int,
-        response_bytes: int,
-        outcome: str = "upstream",
-    ) -> None:
-        """The request log's line for an answered request."""
-        self.gateway.request_log.emit(  # type: ignore[union-attr]
-            "request.completed",
-            api=api_name(api_key),
-            api_version=api_version,
-            correlation_id=correlation_id,
-            latency_ms=round((perf_counter() - started) * 1000, 3),
-            request_bytes=request_bytes,
-            response_bytes=response_bytes,
-            outcome=outcome,
-            listener=self.listener,
-            **self.who(),
+        request_log.emit(
+            "request.completed", **answered_fields(entry), listener=self.listener, **self.who()
         )
 
     # -- what interceptors may do (gateway.interceptors.context.Exchange) -----------------
@@ -605,7 +575,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
             return
         self.bytes_out += len(data)
         # What one read gives the client goes out in one system call (uvloop's writelines
-        # is one writev). Written one by one, eight pipelined Produce v10+ answers were
+        # is one writev). Written one by one, eight pipelined answers were
         # eight sends, which cost more than everything else the gateway did with them.
         out: list[bytes | bytearray | memoryview] = []
         for item in self.responses.feed(data):
@@ -642,7 +612,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
                 return
         _send(client, out)
         if self.requests.held and not self._closed:
-            # Client bytes sent out of turn in a SaslHandshake v0 exchange were held
+            # Client bytes sent out of turn in a SASL exchange were held
             # until the broker answered; the broker has moved on, take them up again.
             self._to_upstream(self.requests.resume())
         if self.draining and not self.in_flight():
@@ -708,7 +678,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
 
     # -- shared ----------------------------------------------------------------------
     def rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
-        name = api_name(entry.api_key)
+        name = api_of(entry)
         self.gateway.metrics.rewrite_errors.labels(name).inc()
         limited.error(
             "response.rewrite_failed",
