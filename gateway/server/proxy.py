@@ -1,9 +1,10 @@
-"""One proxied connection: the client-facing and the upstream-facing asyncio protocols.
+"""One proxied connection: the client-facing asyncio protocol, which owns the pair.
 
-All protocol decisions are made by the sans-I/O readers in ``gateway.protocol`` and the
-interceptors; this module only moves their output between the two sockets, applies
-back-pressure (a side stops reading while the other side's write buffer is above its
-high-water mark) and closes both sides together.
+All protocol decisions are made by the sans-I/O readers in ``gateway.protocol``, the
+scanner they call first, and the interceptors; this module only moves their output
+between the two sockets, applies back-pressure (``flow``) and closes both sides
+together. Its other sides are mixins: what interceptors see (``exchange``), the
+upstream's dialling (``dialing``) and what the limits see (``budget``).
 
 The connection knows no API by name. Interceptors registered by API key
 (``gateway.interceptors.dispatch``) decide: the connection's pass-through table (the
@@ -21,21 +22,18 @@ then) are read and take the way above.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import cast
 
 from ..clients import ClientInfo
 from ..config import HostPort
-from ..features.report import NO_FEATURES, FeatureReport
+from ..features.report import NO_FEATURES
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
-from ..observability.logging import RateLimitedLogger, get_logger
+from ..observability.logging import get_logger
 from ..principal import cached_rules, principal_of
 from ..protocol import (
     DroppedResponse,
     InFlight,
-    InFlightRequest,
     Item,
     ProtocolViolation,
     RequestFrame,
@@ -45,13 +43,25 @@ from ..protocol import (
     ResponseReader,
     ResponseTail,
     UnreadableResponse,
-    answered_fields,
-    api_of,
-    frame,
 )
 from ..protocol import _scanner as protocol_scanner
 from ..versions import VersionRange
 from . import allocator
+from .budget import LimitsTarget
+from .dialing import UpstreamConnection, UpstreamDialing
+from .exchange import InterceptorExchange, limited
+from .flow import (
+    BACKPRESSURE,
+    DRAINING,
+    HELD,
+    PENDING_HIGH,
+    SLICE,
+    THROTTLED,
+    WRITE_BUFFER_HIGH,
+    WRITE_BUFFER_LOW,
+    Pauses,
+)
+from .reads import lane
 from .services import GatewayServices
 from .tls import peer_subject
 
@@ -61,32 +71,14 @@ from .tls import peer_subject
 # each forked worker inherits).
 allocator.pin_mmap_threshold()
 
-# The reads of a forwarded request and its response run compiled where the scanner is
-# (gateway/server/_lane.pyx); else every read takes the Python path, whose readers call
-# the scanner's twin.
-if protocol_scanner.COMPILED:
-    from . import _lane  # type: ignore[attr-defined]
-else:
-    from . import _lane_py as _lane  # type: ignore[no-redef]
 
 log = get_logger("gateway.proxy")
-# Lines about bad input, which a client (or a broker) can trigger once per frame.
-limited = RateLimitedLogger("gateway.proxy")
 
 # Whether an upstream answers acks=0 produces (Tansu does, Kafka does not), as the last
 # connection to it found out: a new connection starts from that instead of guessing
 # (see InFlight). One entry per upstream address.
 _acks0_answered: dict[HostPort, bool] = {}
 
-# Large enough that a bulk fetch streams without stop-and-go (at 1 GB/s, 512 KiB is half
-# a millisecond of data, and the kernel's socket buffers hold more), small enough that
-# slow clients cannot make the gateway hold much of a broker's output: 64 clients pulling
-# a 4.2 MB Metadata peaked at 167 MB RSS with 4 MiB here, 88-97 MB with 512 KiB (issue
-# 19's target: 100 MB), at the same CPU per response (metadata_bench, --workers 1).
-WRITE_BUFFER_HIGH = 512 * 1024
-WRITE_BUFFER_LOW = 128 * 1024
-# Client bytes held while the upstream handshake runs; above this the client is paused.
-PENDING_HIGH = 1024 * 1024
 # The most one socket read takes, and the unit of work a busy connection side gets per
 # turn of the event loop. libuv reads a readable socket again and again in one turn (up
 # to 32 times) for as long as each read fills the buffer, so four clients streaming a
@@ -99,52 +91,18 @@ PENDING_HIGH = 1024 * 1024
 # gateway on a CPU of its own (metadata_bench --proxy-cpus 1), had lag p99 1-5 ms with
 # 256 kB reads and <= 0.5 ms with 120 kB, at about the same CPU per response. 64 kB
 # cost 30 % more CPU per response (twice the reads, sends and yields) for no less lag.
-READ_BYTES = _lane.READ_BYTES
+READ_BYTES = lane.READ_BYTES
 # One receive buffer for every connection of the process: a read is copied out of it
 # into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
 # connection keeps a buffer of its own. The gateway runs one event loop per process
 # (workers are processes), so this is also one buffer per loop, as uvloop's is.
-_RECV = _lane.RECV
+_RECV = lane.RECV
 # What the scanner may take of a negotiation's pass-through table (Gateway.negotiated).
 PlainTable = protocol_scanner.PlainTable
-
-# Why a side's reading is paused, as bits: it reads again once no reason is left.
-_HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
-_BACKPRESSURE = 2  # the other side's write buffer is above its high-water mark
-_MEMORY = 4  # queued_max_request_bytes is spent (gateway/server/limits.py)
-_DRAINING = 8  # SIGTERM: no new requests, never resumed
-_SLICE = 16  # a read filled the buffer: the loop's other work goes first (READ_BYTES)
-_THROTTLED = 32  # held by max_connection_creation_rate until its token is due
-
-
-class _Pauses:
-    """Why one side's reading is paused (the bits above): it reads again once no reason
-    is left, so lifting one pause never lifts another."""
-
-    __slots__ = ("reasons",)
-
-    def __init__(self) -> None:
-        self.reasons = 0
-
-    def pause(self, transport: asyncio.Transport | None, reason: int) -> None:
-        if transport is not None:
-            if not self.reasons:
-                transport.pause_reading()
-            self.reasons |= reason
-
-    def resume(self, transport: asyncio.Transport | None, reason: int, closed: bool) -> None:
-        if self.reasons & reason:
-            self.reasons &= ~reason
-            if not self.reasons and transport is not None and not closed:
-                transport.resume_reading()
-
 
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
 # memoryview``: the union would be built anew at every isinstance on the hot path.
 _BUFFERS = (bytes, memoryview)
-
-# Correlation ids of the gateway's own upstream requests: negative, which no client uses.
-_internal_ids = itertools.count(-(2**31))
 
 
 def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
@@ -158,11 +116,13 @@ def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview
     out.clear()
 
 
-class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
+class ClientConnection(  # type: ignore[misc]
+    lane.Reads, InterceptorExchange, UpstreamDialing, LimitsTarget, asyncio.BufferedProtocol
+):
     """The client side. Owns the pair: it dials the upstream and tears both down.
 
     Composes the two readers, the in-flight table they share and the limits; each read
-    goes to the scanner first (``_lane.Reads``), what it leaves to its reader, and
+    goes to the scanner first (``reads.lane.Reads``), what it leaves to its reader, and
     what comes out to the other socket."""
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
@@ -238,8 +198,8 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         self._held_size = 0
         self._closed = False
         # Reasons (bits above) each side's reading is paused.
-        self._client_pauses = _Pauses()
-        self._upstream_pauses = _Pauses()
+        self._client_pauses = Pauses()
+        self._upstream_pauses = Pauses()
         self.draining = False
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
@@ -288,7 +248,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
             # Over max_connection_creation_rate: Kafka's acceptor waits before taking
             # the connection; the kernel has taken it here, so it is held unread (its
             # bytes wait in the socket) until its token is due.
-            self.pause_client(_THROTTLED)
+            self.pause_client(THROTTLED)
             self._throttle = asyncio.get_running_loop().call_later(delay, self._serve)
             return
         self._serve()
@@ -301,7 +261,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
             self._throttle = None
             if self._closed:
                 return
-            self.resume_client(_THROTTLED)
+            self.resume_client(THROTTLED)
         self.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
@@ -324,8 +284,8 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
     def read_filled_client(self) -> None:
         """A client read filled the buffer: libuv would read this socket again in this
         turn; the loop's other work goes first (READ_BYTES)."""
-        self.pause_client(_SLICE)
-        asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
+        self.pause_client(SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_client, SLICE)
 
     def data_received(self, data: bytes) -> None:
         """A client read the scanner did not take (or what was left of it)."""
@@ -333,7 +293,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
             self._held.append(data)
             self._held_size += len(data)
             if self._held_size > PENDING_HIGH:
-                self.pause_client(_HELD)
+                self.pause_client(HELD)
         else:
             self.bytes_in += len(data)
             items = self.requests.feed(data)
@@ -379,52 +339,10 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         self.gateway.connection_closed(self)
 
     def pause_writing(self) -> None:
-        self.pause_upstream(_BACKPRESSURE)
+        self.pause_upstream(BACKPRESSURE)
 
     def resume_writing(self) -> None:
-        self.resume_upstream(_BACKPRESSURE)
-
-    # -- the pass-through table, and what happens to what it holds back ----------------
-    def _intercept_request(self, api_key: int, api_version: int) -> bool:
-        # Runs once per request: one dict lookup against the ranges that may pass through
-        # untouched (advertised ranges minus the APIs the gateway answers itself).
-        allowed = self._passthrough.get(api_key)
-        if allowed is None:
-            return not dispatch.forwards_unknown(self, api_key, api_version)
-        return api_version < allowed[0] or api_version > allowed[1]
-
-    def _handler_failed(self, request: RequestFrame, exc: Exception) -> None:
-        """An interceptor raised on a client's request: log (rate-limited, with the
-        traceback), count, and close this connection as Kafka closes on a request it
-        cannot handle."""
-        self.gateway.metrics.rejected.labels("handler_error").inc()
-        limited.error(
-            "request.handler_failed",
-            api_key=request.header.api_key,
-            version=request.header.api_version,
-            error=repr(exc),
-            **self.who(),
-        )
-        self.close()
-
-    def fold_stats(self) -> None:
-        """Move this connection's counts into the labelled Prometheus series."""
-        info = self.info
-        if info is None:
-            return
-        stats = self.inflight.fold()
-        self.sync_info()
-        bytes_in = self.bytes_in - self._folded_in
-        bytes_out = self.bytes_out - self._folded_out
-        self._folded_in, self._folded_out = self.bytes_in, self.bytes_out
-        self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
-
-    def sync_info(self) -> None:
-        """Bring the registry's counts for this connection (/connections) up to date."""
-        info = self.info
-        if info is not None:
-            info.requests = self.requests.frames
-            info.bytes_in, info.bytes_out = self.bytes_in, self.bytes_out
+        self.resume_upstream(BACKPRESSURE)
 
     def in_flight(self) -> int:
         """Requests awaiting a response."""
@@ -445,129 +363,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         self.scan_requests_ok = not self.draining and not self.requests.mid_frame
         self.scan_responses_ok = not self.responses.mid_frame
 
-    def _log_request(self, entry: InFlightRequest) -> None:
-        """The in-flight table's observer: each answered request."""
-        request_log = self.gateway.request_log
-        if request_log is None or entry.context is not None or not request_log.sampled():
-            return
-        request_log.emit(
-            "request.completed", **answered_fields(entry), listener=self.listener, **self.who()
-        )
-
-    # -- what interceptors may do (gateway.interceptors.context.Exchange) -----------------
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def answer(self, entry: InFlightRequest, payload: bytes) -> None:
-        self._release(self.inflight.answer_locally(entry, frame(payload)))
-        self._scan_state()
-
-    def ask_upstream(
-        self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler
-    ) -> int:
-        correlation_id = next(_internal_ids)
-        version, request = build(correlation_id)
-        entry = self.inflight.add(api_key, version, correlation_id)
-        entry.context = handler
-        assert self.upstream is not None
-        self.upstream.write(request)
-        return version
-
-    def violation(self, side: str, reason: str, detail: str) -> None:
-        self._violation(side, ProtocolViolation(reason, detail))
-
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        asyncio.get_running_loop().create_task(work)
-
-    def _release(self, frames: list[bytes]) -> None:
-        if self.client is not None and frames:
-            self.client.writelines(frames)
-
-    def who(self) -> dict[str, object]:
-        return self.info.log_fields() if self.info is not None else {"peer": self.peer}
-
     # -- upstream socket -----------------------------------------------------------
-    async def _connect_upstream(self) -> None:
-        sni = self.gateway.sni
-        if self._unknown_node is not None and sni is not None:
-            found = await sni.look_up(self._unknown_node, self.peer)
-            self._unknown_node = None
-            if found is None or self._closed:
-                self.close()
-                return
-            self.upstream_address = found
-        loop = asyncio.get_running_loop()
-        address = self.upstream_address
-        gw = self.gateway
-        server_hostname = gw.upstream_server_hostname(address)
-        try:
-            transport, _ = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: UpstreamConnection(self),
-                    address.host,
-                    address.port,
-                    ssl=gw.upstream_tls,
-                    server_hostname=server_hostname,
-                ),
-                gw.config.upstream_connect_timeout_s,
-            )
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError (a failed handshake) included
-            gw.metrics.upstream_connect_errors.labels(str(address)).inc()
-            log.warning(
-                "upstream.connect_failed",
-                upstream=str(address),
-                peer=self.peer,
-                error=str(exc) or type(exc).__name__,
-                **({"tls_server_hostname": server_hostname} if gw.upstream_tls else {}),
-            )
-            if self._fallbacks and not self._closed:
-                self.upstream_address = self._fallbacks.pop(0)
-                await self._connect_upstream()
-                return
-            self.close()
-            return
-        upstream = cast(asyncio.Transport, transport)
-        if self._closed:
-            upstream.close()
-            return
-        upstream.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        self.upstream = upstream
-        dispatch.ask_upstream_versions(self, self._negotiated)
-
-    def _negotiated(
-        self, upstream_ranges: dict[int, VersionRange], upstream_features: FeatureReport
-    ) -> None:
-        # The copy every connection to this upstream shares (this one's own goes).
-        self.upstream_ranges = self.gateway.negotiated(
-            self.upstream_address, upstream_ranges, upstream_features
-        ).upstream
-        self.upstream_features = upstream_features
-        self.renegotiate()
-        held, self._held = self._held, []
-        self._held_size = 0
-        for data in held:
-            self.data_received(data)
-            if self._closed:
-                return
-        self.resume_client(_HELD)
-
-    def renegotiate(self) -> None:
-        """(Re)compute what this connection may use, e.g. after finalized levels changed.
-
-        Clients only re-read ApiVersions on a new connection; until then a version the
-        new levels withhold is answered with UNSUPPORTED_VERSION, as Kafka does.
-        """
-        if self.upstream is None or (not self.upstream_ranges and self.ranges is None):
-            return
-        negotiated = self.gateway.negotiated(
-            self.upstream_address, self.upstream_ranges, self.upstream_features
-        )
-        self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
-        self.feature_report = self.gateway.feature_report(self.upstream_features)
-        self.table = self.requests.table = self.responses.table = negotiated.lane
-        self._scan_state()
-
     def upstream_data(self, data: bytes) -> None:
         """An upstream read."""
         client = self.client
@@ -621,47 +417,6 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         if self.budget_on:
             self._recharge()
 
-    # -- connection limits (see gateway/server/limits.py) ---------------------------------
-    def _recharge(self) -> None:
-        self.partial = self._held_size + self.requests.buffered + self.responses.buffered
-        self.recharge_writes()
-
-    def buffered(self) -> int:
-        """Partial frames and bytes not yet written, both ways."""
-        # Runs after every read both ways (see _recharge): spelled out rather than a
-        # loop over a tuple of the two transports, it costs 60-200 ns less a call.
-        held = self._held_size + self.requests.buffered + self.responses.buffered
-        client, upstream = self.client, self.upstream
-        if client is not None:
-            held += client.get_write_buffer_size()
-        if upstream is not None:
-            held += upstream.get_write_buffer_size()
-        return held
-
-    def activity(self) -> tuple[int, ...]:
-        return (self.bytes_in + self._held_size, self.bytes_out, self.in_flight())
-
-    def has_request(self) -> bool:
-        if not self._first_done:
-            frames = self.requests.frames
-            self._first_done = frames > 1 or (frames == 1 and not self.requests.mid_frame)
-        return self._first_done
-
-    def memory_pause(self, paused: bool) -> None:
-        if paused:
-            self.pause_client(_MEMORY)
-        else:
-            self.resume_client(_MEMORY)
-
-    def limit_close(self, reason: str) -> None:
-        # At once, dropping what is not sent yet, as Kafka's broker closes an expired
-        # connection. close() waits for the client to read its write buffer: a client
-        # that had stopped reading kept it (and its part of queued_max_request_bytes)
-        # for as long as it stayed connected, and was closed again at every sweep
-        # (issue 34: 2 MB of answers to pipelined ApiVersions, idle-closed 8 times in
-        # 8 s and still counted).
-        self.abort()
-
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
             # Rate-limited: garbage a client sends through makes the broker close.
@@ -676,30 +431,6 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
             )
         self.close()
 
-    # -- shared ----------------------------------------------------------------------
-    def rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
-        name = api_of(entry)
-        self.gateway.metrics.rewrite_errors.labels(name).inc()
-        limited.error(
-            "response.rewrite_failed",
-            api=name,
-            version=entry.api_version,
-            error=error,
-            peer=self.peer,
-        )
-
-    def _violation(self, side: str, violation: ProtocolViolation) -> None:
-        self.gateway.metrics.rejected.labels(violation.reason).inc()
-        limited.warning(
-            "connection.protocol_violation",
-            side=side,
-            reason=violation.reason,
-            detail=violation.detail,
-            listener=self.listener,
-            **self.who(),
-        )
-        self.close()
-
     def pause_client(self, reason: int) -> None:
         self._client_pauses.pause(self.client, reason)
 
@@ -708,8 +439,8 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
 
     def read_filled_upstream(self) -> None:
         """An upstream read filled the buffer (see ``read_filled_client``)."""
-        self.pause_upstream(_SLICE)
-        asyncio.get_running_loop().call_soon(self.resume_upstream, _SLICE)
+        self.pause_upstream(SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)
 
     def pause_upstream(self, reason: int) -> None:
         self._upstream_pauses.pause(self.upstream, reason)
@@ -721,7 +452,7 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
         """Stop taking requests; close once every in-flight request was answered."""
         self.draining = True
         self.scan_requests_ok = False
-        self.pause_client(_DRAINING)
+        self.pause_client(DRAINING)
         if not self.in_flight():
             self.close()
 
@@ -766,20 +497,4 @@ class ClientConnection(_lane.Reads, asyncio.BufferedProtocol):
             self._recharge()
 
 
-class UpstreamConnection(_lane.UpstreamReads, asyncio.BufferedProtocol):
-    """The broker side; hands everything to its ``ClientConnection`` (its reads through
-    ``_lane.UpstreamReads``)."""
-
-    __slots__ = ()
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.pair.upstream_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.pair.pause_client(_BACKPRESSURE)
-
-    def resume_writing(self) -> None:
-        self.pair.resume_client(_BACKPRESSURE)
+__all__ = ["READ_BYTES", "ClientConnection", "PlainTable", "UpstreamConnection"]

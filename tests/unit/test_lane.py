@@ -85,7 +85,7 @@ def test_the_lane_is_compiled() -> None:
     a C compiler still works): a silent fallback would leave it untested."""
     if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
         pytest.skip("the pure-Python path was asked for")
-    assert scanner.COMPILED and proxy._lane.COMPILED
+    assert scanner.COMPILED and proxy.lane.COMPILED
     assert scanner.LATENCY_BUCKETS == LATENCY_BUCKETS
 
 
@@ -561,7 +561,7 @@ def test_the_python_path_alone_passes_the_connection_tests() -> None:
         "-k",
         "not python_path_alone",
     ]
-    check = "import gateway.server.proxy as p, sys; sys.exit(p._lane.COMPILED)"
+    check = "import gateway.server.proxy as p, sys; sys.exit(p.lane.COMPILED)"
     assert subprocess.run([sys.executable, "-c", check], env=env).returncode == 0
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
