@@ -27,6 +27,7 @@ from ._events import (
     TailPolicy,
     UnreadableResponse,
 )
+from ._finders import HeadFinder, TailFinder
 from ._framing import DEFAULT_MAX_FRAME_BYTES
 from ._headers import (
     RequestHeader,
@@ -39,7 +40,7 @@ from ._headers import (
 from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
-from ._walk import HeadFinder, TailFinder, tail_program
+from ._walk import tail_program
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
 __all__ = [

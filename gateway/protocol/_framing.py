@@ -9,7 +9,7 @@ what a gathered frame becomes (``_emit_gathered``).
 from __future__ import annotations
 
 from ._events import Item, ProtocolViolation
-from ._walk import HeadFinder, TailFinder
+from ._finders import HeadFinder, TailFinder
 
 # Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
 # the connection on a real broker too.

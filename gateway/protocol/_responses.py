@@ -27,10 +27,10 @@ from ._events import (
     TailPolicy,
     UnreadableResponse,
 )
+from ._finders import HeadFinder, TailFinder
 from ._framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from ._inflight import InFlight
 from ._scanner import PlainTable, match_responses
-from ._walk import HeadFinder, TailFinder
 from ._wire import INT16, INT32, Malformed
 
 _SIZE_CORRELATION = struct.Struct(">ii")
