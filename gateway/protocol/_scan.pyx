@@ -278,8 +278,11 @@ cdef bint _releases_local(list entries, Py_ssize_t after) except -1:
     """Whether answering the entry before ``after`` lets a local answer behind it go out
     (only acks=0 produces between them, which get no answer): the reader does that."""
     cdef Py_ssize_t i
+    cdef InFlightRequest entry
     for i in range(after, len(entries)):
-        entry = entries[i]
+        if type(entries[i]) is not InFlightRequest:
+            return True  # not one of ours: the reader decides
+        entry = <InFlightRequest>entries[i]
         if entry.local is not None:
             return True
         if entry.expects_response:
