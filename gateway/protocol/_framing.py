@@ -66,7 +66,7 @@ class FrameReader:
         bytes. A closed connection's objects may outlive it by minutes (they sit in
         reference cycles, which only a full pass of the cyclic garbage collector frees,
         and a gateway runs one rarely), so what they hold must go now: a gathered frame
-        may be up to max_frame_bytes (issue 34, docs/memory.md)."""
+        may be up to max_frame_bytes (docs/memory.md)."""
         self._failed = True
         self._gather = None
         self._gather_meta = None

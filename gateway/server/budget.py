@@ -99,6 +99,6 @@ class LimitsTarget:
         # connection. close() waits for the client to read its write buffer: a client
         # that had stopped reading kept it (and its part of queued_max_request_bytes)
         # for as long as it stayed connected, and was closed again at every sweep
-        # (issue 34: 2 MB of answers to pipelined ApiVersions, idle-closed 8 times in
+        # (2 MB of answers to pipelined ApiVersions, idle-closed 8 times in
         # 8 s and still counted).
         self.abort()

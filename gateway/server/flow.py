@@ -8,8 +8,8 @@ import asyncio
 # Large enough that a bulk fetch streams without stop-and-go (at 1 GB/s, 512 KiB is half
 # a millisecond of data, and the kernel's socket buffers hold more), small enough that
 # slow clients cannot make the gateway hold much of a broker's output: 64 clients pulling
-# a 4.2 MB Metadata peaked at 167 MB RSS with 4 MiB here, 88-97 MB with 512 KiB (issue
-# 19's target: 100 MB), at the same CPU per response (metadata_bench, --workers 1).
+# a 4.2 MB Metadata peaked at 167 MB RSS with 4 MiB here, 88-97 MB with 512 KiB (the
+# target: 100 MB), at the same CPU per response (metadata_bench, --workers 1).
 WRITE_BUFFER_HIGH = 512 * 1024
 WRITE_BUFFER_LOW = 128 * 1024
 # Client bytes held while the upstream handshake runs; above this the client is paused.

@@ -83,7 +83,7 @@ _acks0_answered: dict[HostPort, bool] = {}
 # turn of the event loop. libuv reads a readable socket again and again in one turn (up
 # to 32 times) for as long as each read fills the buffer, so four clients streaming a
 # 4.2 MB Metadata response held the loop for up to 10 ms at a time while every other
-# connection waited (issue 19's event-loop lag). A side whose read filled the buffer
+# connection waited (event-loop lag). A side whose read filled the buffer
 # therefore pauses reading and resumes on the loop's next turn (a read that did not
 # fill it ends that socket's turn by itself). uvloop reads 256 kB at once into a buffer
 # of its own and copies it out; both sides are BufferedProtocols reading into _RECV
@@ -126,7 +126,7 @@ class ClientConnection(  # type: ignore[misc]
     what comes out to the other socket."""
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
-    # many attributes is ~1.3 kB a connection; bench/README.md, "Slots, a worker ...").
+    # many attributes is ~1.3 kB a connection; docs/hot-path.md).
     __slots__ = (
         "_client_pauses",
         "_closed",
@@ -487,7 +487,7 @@ class ClientConnection(  # type: ignore[misc]
         passes are rare in a gateway (few Python objects live long enough to trigger
         one). Freed only then, the partial frames of closed attackers stayed: about
         100 MB a worker after three rounds of 60, each sending 20 MB of a 50 MB
-        request, on a 64 MiB budget (issue 34, docs/memory.md)."""
+        request, on a 64 MiB budget (docs/memory.md)."""
         self.requests.discard()
         self.responses.discard()
         self._held = []
