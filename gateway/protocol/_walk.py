@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint
+from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint, skip_tagged_fields
 
 # A walk: yields steps (see the module docstring); returns when the tagged section starts.
 Walk = Generator[int, Any, None]
@@ -353,11 +353,7 @@ def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> i
     if with_tags and flexible:
         if pos < end and body[pos] == 0:  # no tagged fields, the common case
             return pos + 1
-        count, pos = read_uvarint(body, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(body, pos)
-            size, pos = read_uvarint(body, pos)
-            pos += size
+        pos = skip_tagged_fields(body, pos)
     if pos > end:
         raise Incomplete
     return pos
