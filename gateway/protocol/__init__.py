@@ -1,5 +1,6 @@
 """Sans-I/O Kafka protocol core: bytes in, frames and events out. No sockets here."""
 
+from ._answered import answered_fields, api_of
 from ._apis import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
@@ -26,6 +27,7 @@ from ._events import (
     TailPolicy,
     UnreadableResponse,
 )
+from ._finders import HeadFinder, TailFinder
 from ._framing import DEFAULT_MAX_FRAME_BYTES
 from ._headers import (
     RequestHeader,
@@ -38,7 +40,7 @@ from ._headers import (
 from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
-from ._walk import HeadFinder, TailFinder, tail_program
+from ._walk import tail_program
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
 __all__ = [
@@ -69,7 +71,9 @@ __all__ = [
     "TailFinder",
     "TailPolicy",
     "UnreadableResponse",
+    "answered_fields",
     "api_name",
+    "api_of",
     "api_range",
     "api_spec",
     "frame",

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ._entry import InFlightRequest
+from ._finders import HeadFinder, TailFinder
 from ._headers import RequestHeader
-from ._walk import HeadFinder, TailFinder
 
 
 @dataclass(frozen=True, slots=True)

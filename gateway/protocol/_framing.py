@@ -9,7 +9,7 @@ what a gathered frame becomes (``_emit_gathered``).
 from __future__ import annotations
 
 from ._events import Item, ProtocolViolation
-from ._walk import HeadFinder, TailFinder
+from ._finders import HeadFinder, TailFinder
 
 # Kafka's default socket.request.max.bytes (100 MiB): a frame larger than this closes
 # the connection on a real broker too.
@@ -35,7 +35,8 @@ class FrameReader:
         self._max = max_frame_bytes
         self._pass = 0  # bytes of the current frame still to forward untouched
         self._drop = 0  # bytes of the current frame still to discard
-        self._gather: bytearray | None = None  # the current frame, gathered whole
+        # The current frame, gathered whole (or the bytes read, when they are the frame).
+        self._gather: bytearray | bytes | None = None
         self._gather_left = 0
         self._gather_meta: object = None
         self._head = b""  # start of a frame whose first bytes are not all here yet
@@ -65,7 +66,7 @@ class FrameReader:
         bytes. A closed connection's objects may outlive it by minutes (they sit in
         reference cycles, which only a full pass of the cyclic garbage collector frees,
         and a gateway runs one rarely), so what they hold must go now: a gathered frame
-        may be up to max_frame_bytes (issue 34, docs/memory.md)."""
+        may be up to max_frame_bytes (docs/memory.md)."""
         self._failed = True
         self._gather = None
         self._gather_meta = None
@@ -147,7 +148,9 @@ class FrameReader:
         """Gather the frame at ``pos``; return the position after what was consumed."""
         self._gather_meta = meta
         if end <= n:
-            self._gather = bytearray(mv[pos:end])
+            # A frame that is the whole read is handed over as the bytes read, no copy.
+            whole = pos == 0 and end == n and isinstance(mv.obj, bytes)
+            self._gather = mv.obj if whole else bytearray(mv[pos:end])  # type: ignore[assignment]
             self._gather_left = 0
             self._emit_gathered(out)
             return end

@@ -1,18 +1,19 @@
 """The in-flight table: one connection's outstanding requests, in the order sent.
 
-Both readers share it: ``RequestReader`` adds an entry per request, ``ResponseReader``
-matches each upstream response to one (by order; see ``InFlight``) and local answers
-wait in it until every earlier response went out.
+Both readers share it, and the scanner they call first: ``RequestReader`` (or the
+scanner) adds an entry per request, ``ResponseReader`` (or the scanner) matches each
+upstream response to one (by order; see ``InFlight``) and local answers wait in it
+until every earlier response went out.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable
 
 from ._entry import InFlightRequest
 from ._sasl import SaslExchange
+from ._scanner import Counts
 from ._stats import ApiStats
 
 # acks=0 produces remembered, per connection, while it is not yet known whether the
@@ -20,11 +21,6 @@ from ._stats import ApiStats
 # recorded: their answers, if any, are then dropped as uncorrelated, which is what
 # happens to them anyway.
 ACKS0_KEPT = 1024
-
-# The table of a connection with nothing outstanding. An empty deque holds a block of 64
-# slots (760 bytes with the object): 7.6 MB over 10,000 idle connections, so a table is
-# made when a request comes and let go when the last one is answered (``finish``).
-_NOTHING: tuple[()] = ()
 
 
 class InFlight:
@@ -52,18 +48,27 @@ class InFlight:
         "_local_pending",
         "_optional",
         "acks0_answered",
+        "counts",
         "observer",
         "sasl",
         "stats",
     )
 
     def __init__(self) -> None:
-        self._entries: deque[InFlightRequest] | tuple[()] = _NOTHING
-        self._local_pending = 0
-        self._optional = 0  # acks=0 entries in _entries
+        # Every outstanding request, in order: the scanner's and the readers' alike. A
+        # list, not a deque: the compiled scanner appends to it and takes its first entry
+        # through the C API, without a method call (the requests in flight on one
+        # connection are few, so moving the rest up costs nothing that shows), and an
+        # empty one is 56 bytes (a deque keeps a block of 64 slots: 760 bytes). Never
+        # rebound: the connection's compiled reads hold it.
+        self._entries: list[InFlightRequest] = []
+        self._local_pending = 0  # entries holding a local answer (``answer_locally``)
+        self._optional = 0  # acks=0 entries in ``entries``
         # Whether the upstream answers acks=0 produces; None until it has shown it.
         self.acks0_answered: bool | None = None
         self.stats = ApiStats()
+        # What the scanner counted, folded into ``stats`` by ``fold``.
+        self.counts = Counts()
         # A SaslHandshake v0 exchange switches both directions to raw tokens; the two
         # readers share this connection-wide state through the table they share.
         self.sasl = SaslExchange()
@@ -78,20 +83,14 @@ class InFlight:
         self, api_key: int, api_version: int, correlation_id: int, to_upstream: bool = True
     ) -> InFlightRequest:
         entry = InFlightRequest(api_key, api_version, correlation_id, to_upstream)
-        self._table().append(entry)
+        self._entries.append(entry)
         return entry
-
-    def _table(self) -> deque[InFlightRequest]:
-        entries = self._entries
-        if entries is _NOTHING:
-            entries = self._entries = deque()
-        return entries  # type: ignore[return-value]
 
     def add_acks0(self, api_key: int, api_version: int, correlation_id: int) -> None:
         """An acks=0 produce went upstream: remember it while its answer may come."""
         if self.acks0_answered is False or self._optional >= ACKS0_KEPT:
             return
-        self._table().append(InFlightRequest(api_key, api_version, correlation_id, True, False))
+        self._entries.append(InFlightRequest(api_key, api_version, correlation_id, True, False))
         self._optional += 1
 
     def get(self, correlation_id: int) -> InFlightRequest | None:
@@ -149,18 +148,11 @@ class InFlight:
 
     def _forget_acks0(self, before: InFlightRequest) -> None:
         """Drop the acks=0 entries ahead of ``before`` (their answers will not come)."""
-        kept: deque[InFlightRequest] = deque()
         entries = self._entries
-        while entries:
-            entry = entries.popleft()
-            if entry is before:
-                entries.appendleft(entry)
-                break
-            if entry.expects_response:
-                kept.append(entry)
-            else:
-                self._optional -= 1
-        entries.extendleft(reversed(kept))
+        ahead = entries.index(before)
+        kept = [entry for entry in entries[:ahead] if entry.expects_response]
+        self._optional -= ahead - len(kept)
+        entries[:ahead] = kept
 
     def acks0_answer_dropped(self, entry: InFlightRequest) -> None:
         """``entry`` (acks=0) was answered by the broker; its answer went nowhere."""
@@ -173,12 +165,10 @@ class InFlight:
         responses that may follow it now."""
         entries = self._entries
         if entries and entries[0] is entry:
-            entries.popleft()  # type: ignore[union-attr]
-            if not entries:
-                self._entries = _NOTHING
+            del entries[0]
         else:
             with contextlib.suppress(ValueError, AttributeError):  # finished already
-                entries.remove(entry)  # type: ignore[union-attr]
+                entries.remove(entry)
         self.stats.response(entry)
         if self.observer is not None:
             self.observer(entry)
@@ -214,25 +204,15 @@ class InFlight:
                 self.observer(first)
         return ready
 
-    def plain_entries(self, plain: Callable[[int, int], bool]) -> list[InFlightRequest] | None:
-        """Every entry, oldest first, if each is an upstream request awaiting an answer
-        that ``plain(api_key, api_version)`` says passes untouched; else None. For the
-        compiled lane, which then takes them over (``clear``)."""
-        for entry in self._entries:
-            if (
-                not entry.to_upstream
-                or not entry.expects_response
-                or entry.context is not None
-                or entry.local is not None
-                or not plain(entry.api_key, entry.api_version)
-            ):
-                return None
-        return list(self._entries)
+    def fold(self) -> ApiStats:
+        """Hand over every count since the last fold (the scanner's too)."""
+        self.counts.fold(self.stats)
+        return self.stats.take()
 
-    def clear(self) -> None:
-        """Forget every entry (the compiled lane took them over; see ``plain_entries``)."""
-        self._entries = _NOTHING
-        self._optional = 0
+    @property
+    def entries(self) -> list[InFlightRequest]:
+        """The table itself, for the scanner, which adds and takes entries in it."""
+        return self._entries
 
     @property
     def has_local_pending(self) -> bool:

@@ -27,9 +27,10 @@ from ._events import (
     TailPolicy,
     UnreadableResponse,
 )
+from ._finders import HeadFinder, TailFinder
 from ._framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from ._inflight import InFlight
-from ._walk import HeadFinder, TailFinder
+from ._scanner import PlainTable, match_responses
 from ._wire import INT16, INT32, Malformed
 
 _SIZE_CORRELATION = struct.Struct(">ii")
@@ -46,6 +47,7 @@ class ResponseReader(FrameReader):
         "_tail",
         "_tail_policy",
         "_walk_left",
+        "table",
     )
 
     def __init__(
@@ -65,6 +67,8 @@ class ResponseReader(FrameReader):
         self._tail = False  # the gather in progress is a streamed frame's tagged section
         # The head held back while a HeadFinder walks it; None when walked bytes stream.
         self._held: bytearray | None = None
+        # What the scanner may take (``PlainTable``); None: every frame is read here.
+        self.table: PlainTable | None = None
 
     def discard(self) -> None:
         super().discard()
@@ -74,38 +78,45 @@ class ResponseReader(FrameReader):
         self._walk_left = 0
 
     def feed(self, data: bytes) -> list[Item]:
-        # Fast path for the commonest chunk: one whole response, starting at a frame
-        # boundary, with no local response waiting behind it (see RequestReader.feed for
-        # why), that passes through or is gathered whole. A streamed one (its policy
-        # gives a finder) takes the general path, which asks the policy again.
-        n = len(data)
+        # The scanner first, on a read that starts at a frame boundary: what it takes
+        # goes out as it came (or, where it replaced a head, as ``pieces``); the rest
+        # of the read is split here.
         inflight = self._inflight
         if (
-            n >= 8
-            and not self._pass
-            and not self._head
-            and not self._drop
-            and self._gather is None
-            and self._walk is None
-            and not self._failed
-            and not inflight.sasl.state
-            and not inflight.has_local_pending
+            self.table is None
+            or self._pass
+            or self._head
+            or self._drop
+            or self._gather is not None
+            or self._walk is not None
+            or self._failed
+            or inflight.sasl.state
         ):
-            size, correlation_id = _SIZE_CORRELATION.unpack_from(data)
-            if size + 4 == n and 4 <= size <= self._max:
-                entry = inflight.match_upstream(correlation_id)
-                if entry is not None and entry.expects_response:
-                    entry.response_bytes = n
-                    if self._intercept is None or not self._intercept(entry):
-                        inflight.finish(entry)  # nothing local waits: it returns []
-                        return [data]
-                    policy = self._tail_policy
-                    if policy is None or policy(entry, size) is None:
-                        # Gathered whole, and here whole: handed over as it came, with
-                        # no copy (a Produce v10+ answer, a small Fetch v16+ one).
-                        inflight.finish(entry)
-                        return [ResponseFrame(entry, data)]
-        return super().feed(data)
+            return super().feed(data)
+        n = len(data)
+        out: list[Item] = []
+        taken = self._scan(data, 0, n, out)
+        if taken == n:
+            return out if out else [data]
+        mv = memoryview(data)
+        if taken and not out:
+            out.append(mv[:taken])
+        self._split(data, mv, taken, out)
+        return out
+
+    def _scan(self, data: bytes, pos: int, n: int, pieces: list[Item]) -> int:
+        """The scanner's match from ``pos``; return the bytes it took. Where it replaced
+        a head, what it took is in ``pieces``; else they are ``data[pos:]``'s."""
+        inflight = self._inflight
+        observer = inflight.observer
+        done: list[InFlightRequest] | None = None if observer is None else []
+        taken: int = match_responses(
+            data, pos, n, self.table, inflight.entries, inflight.counts, self._max, pieces, done
+        )
+        if done:
+            for entry in done:
+                observer(entry)  # type: ignore[misc]
+        return taken
 
     def _frame_done(self, out: list[Item]) -> None:
         entry, self._current = self._current, None
@@ -129,7 +140,19 @@ class ResponseReader(FrameReader):
         intercept = self._intercept
         max_size = self._max
         handshake = inflight.sasl.handshake  # a SaslHandshake v0 awaiting its answer
+        scanning = self.table is not None and not inflight.sasl.state
         while n - pos >= 8:
+            if scanning:  # plain frames after one read here
+                pieces: list[Item] = []
+                taken = self._scan(data, pos, n, pieces)
+                if pieces:
+                    if span < pos:
+                        out.append(mv[span:pos])
+                    out.extend(pieces)
+                    span = pos + taken
+                pos += taken
+                if n - pos < 8:
+                    break
             size, correlation_id = _SIZE_CORRELATION.unpack_from(mv, pos)
             if size > max_size or size < 4:  # inline: this loop runs once per response
                 if span < pos:  # the whole frames before the bad one still go out

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ._entry import InFlightRequest
+
+class Answered(Protocol):
+    """What counting a response reads of its in-flight entry (``InFlightRequest``, which
+    is the scanner's, and the scanner's twin counts with this module)."""
+
+    api_key: int
+    api_version: int
+    started: float
+    context: object
+
 
 # Upper bounds (seconds) of the latency histogram buckets: sub-millisecond metadata
 # calls up to fetches that long-poll for their max wait.
@@ -34,20 +42,38 @@ class ApiStats:
         self.responses: dict[tuple[int, int], int] = {}
         self.latency: dict[int, list[float]] = {}
 
-    def response(self, entry: InFlightRequest) -> None:
+    def response(self, entry: Answered) -> None:
         """Count the response to ``entry`` (the gateway's own internal requests carry a
         handler in ``context`` and are not client traffic)."""
-        if entry.context is not None:
-            return
-        key = (entry.api_key, entry.api_version)
+        if entry.context is None:
+            self.count_response(entry.api_key, entry.api_version, perf_counter() - entry.started)
+
+    def count_request(self, key: int, version: int) -> None:
+        requests = self.requests
+        requests[(key, version)] = requests.get((key, version), 0) + 1
+
+    def count_response(self, key: int, version: int, elapsed: float) -> None:
         responses = self.responses
-        responses[key] = responses.get(key, 0) + 1
-        elapsed = perf_counter() - entry.started
-        histogram = self.latency.get(entry.api_key)
+        responses[(key, version)] = responses.get((key, version), 0) + 1
+        histogram = self.latency.get(key)
         if histogram is None:
-            histogram = self.latency[entry.api_key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+            histogram = self.latency[key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
         histogram[0] += elapsed
         histogram[1 + bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+
+    def merge(self, other: ApiStats) -> None:
+        """Add ``other``'s counts to these."""
+        for key, count in other.requests.items():
+            self.requests[key] = self.requests.get(key, 0) + count
+        for key, count in other.responses.items():
+            self.responses[key] = self.responses.get(key, 0) + count
+        for api_key, histogram in other.latency.items():
+            mine = self.latency.get(api_key)
+            if mine is None:
+                self.latency[api_key] = list(histogram)
+            else:
+                for i, value in enumerate(histogram):
+                    mine[i] += value
 
     def take(self) -> ApiStats:
         """Hand over the counts gathered so far and start from zero."""

@@ -9,7 +9,7 @@ any encoder, canonical or not.
 
 The walk is a generator that states what it needs next, so the same code serves a body
 held whole (``tags_offset``) and a 100 MiB fetch streaming past in socket-sized chunks
-(``TailFinder``), without gathering it:
+(``TailFinder``, in ``_finders``), without gathering it:
 
 * it yields ``n > 0``: "send me the next n bytes" (it gets a bytes-like of exactly n);
 * it yields ``-n``: "skip the next n bytes" (it gets None).
@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint
+from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint, skip_tagged_fields
 
 # A walk: yields steps (see the module docstring); returns when the tagged section starts.
 Walk = Generator[int, Any, None]
@@ -211,7 +211,7 @@ def through_field(cls: type, name: str) -> Walk:
 
 
 @cache
-def _response_schema(api_key: int, version: int) -> type:
+def response_schema(api_key: int, version: int) -> type:
     schema: type = load_response_schema(api_key, version)
     if not schema.__flexible__:  # type: ignore[attr-defined]
         raise ValueError(f"response {api_key} v{version} is not flexible: it has no tags")
@@ -225,7 +225,7 @@ def tags_offset(
 
     Raises ``Incomplete`` when the body ends before that.
     """
-    return _skip(_program(_response_schema(api_key, version), None, False), body, start)
+    return _skip(_program(response_schema(api_key, version), None, False), body, start)
 
 
 def field_offset(cls: type, name: str, body: bytes | bytearray | memoryview) -> int:
@@ -292,7 +292,7 @@ def tail_program(api_key: int, version: int) -> tuple[int, ...]:
     or an array of entities, the element's program right after. Kinds and arguments are
     ``_program``'s.
     """
-    return _flat(_program(_response_schema(api_key, version), None, False))
+    return _flat(_program(response_schema(api_key, version), None, False))
 
 
 def _flat(program: Program) -> tuple[int, ...]:
@@ -353,11 +353,7 @@ def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> i
     if with_tags and flexible:
         if pos < end and body[pos] == 0:  # no tagged fields, the common case
             return pos + 1
-        count, pos = read_uvarint(body, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(body, pos)
-            size, pos = read_uvarint(body, pos)
-            pos += size
+        pos = skip_tagged_fields(body, pos)
     if pos > end:
         raise Incomplete
     return pos
@@ -385,128 +381,3 @@ def _read_length(
     if classic_width == 2:
         return INT16.unpack_from(body, pos)[0], pos + 2
     return INT32.unpack_from(body, pos)[0], pos + 4
-
-
-def _frame_walk(schema: type) -> Walk:
-    yield from tagged_section()  # response header v1, after the correlation id
-    yield from fields(schema)
-
-
-class _Finder:
-    """Follows a response streaming past, fed from just after its correlation id, until
-    its ``walk`` ends; ``feed`` consumes what lies before that point and stops there,
-    setting ``found``. Only the few bytes of a field split across chunks are copied;
-    record bytes are stepped over."""
-
-    __slots__ = ("_partial", "_step", "_walk", "found")
-    # True when the bytes walked over must be held back (the reader then gathers them),
-    # False when they stream through as they are walked.
-    holds_head = False
-
-    def __init__(self, walk: Walk) -> None:
-        self._walk = walk
-        self._partial = bytearray()  # the start of a field split across chunks
-        self.found = False
-        self._step = next(self._walk)
-
-    def feed(self, mv: memoryview, pos: int, end: int) -> int:
-        """Consume ``mv[pos:end]`` up to where the walk ends; return the position reached.
-
-        Raises ``Malformed`` when the bytes cannot be this response.
-        """
-        walk = self._walk
-        step = self._step
-        try:
-            while pos < end:
-                if step < 0:
-                    take = min(-step, end - pos)
-                    pos += take
-                    step += take
-                    if step:
-                        break
-                    step = walk.send(None)
-                elif self._partial:
-                    partial = self._partial
-                    take = min(step - len(partial), end - pos)
-                    partial += mv[pos : pos + take]
-                    pos += take
-                    if len(partial) < step:
-                        break
-                    data = bytes(partial)
-                    partial.clear()
-                    step = walk.send(data)
-                elif end - pos >= step:
-                    data = mv[pos : pos + step]
-                    pos += step
-                    step = walk.send(data)
-                else:
-                    self._partial += mv[pos:end]
-                    pos = end
-        except StopIteration:
-            self.found = True
-        self._step = step
-        return pos
-
-
-class TailFinder(_Finder):
-    """Follows a flexible response streaming past until its top-level tagged section."""
-
-    __slots__ = ()
-
-    def __init__(self, api_key: int, version: int) -> None:
-        super().__init__(_frame_walk(_response_schema(api_key, version)))
-
-
-def _head_walk(schema: type, name: str) -> Walk:
-    if schema.__flexible__:  # type: ignore[attr-defined]
-        yield from tagged_section()  # response header v1, after the correlation id
-    yield from through_field(schema, name)
-
-
-class HeadFinder(_Finder):
-    """Follows a response (flexible or not) until the end of its top-level array or
-    struct field ``name``: the "head" that the reader holds back while the rest streams.
-
-    Why: a Metadata response names every broker in its ``brokers`` array, which comes
-    before the topics and partitions (its bulk) in every version. Only the head needs
-    rewriting, so only the head is held; its size grows with brokers, not partitions.
-    Assumes a response header v1 exactly when the body is flexible, which holds for
-    every API this is used for (not for ApiVersions).
-    """
-
-    __slots__ = ("_key", "_walked")
-    holds_head = True
-
-    def __init__(self, api_key: int, version: int, name: str) -> None:
-        # The walk starts at the first ``feed``, and only if the head is not the last one.
-        self._key = (api_key, version, name)
-        self._walked: bytearray | None = None
-        self._partial = bytearray()
-        self.found = False
-
-    def feed(self, mv: memoryview, pos: int, end: int) -> int:
-        walked = self._walked
-        if walked is None:
-            key = self._key
-            last = _last_heads.get(key)
-            if last is not None and end - pos >= len(last) and mv[pos : pos + len(last)] == last:
-                # The walk reads nothing beyond the head and decides each step from the
-                # bytes read so far: the same bytes lead it to the same end.
-                self.found = True
-                return pos + len(last)
-            api_key, version, name = key
-            self._walk = _head_walk(load_response_schema(api_key, version), name)
-            self._step = next(self._walk)
-            walked = self._walked = bytearray()
-        reached = super().feed(mv, pos, end)
-        walked += mv[pos:reached]
-        if self.found:
-            _last_heads[self._key] = bytes(walked)
-        return reached
-
-
-# The last head found per (api key, version, field), from just after the correlation id:
-# a cluster's brokers rarely change, so most Metadata responses start with the same
-# bytes, and one comparison then replaces a walk through every broker (a chain of
-# generators, ~20 µs for three brokers). One entry per version: bounded.
-_last_heads: dict[tuple[int, int, str], bytes] = {}

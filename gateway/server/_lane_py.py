@@ -1,6 +1,6 @@
-"""``gateway/server/_lane.pyx``'s interface without the lane: every read takes the Python
-path. What runs where the lane was not compiled (no C compiler at install time), or with
-``KAFKA_GATEWAY_PURE_PYTHON=1`` in the environment (see ``gateway/server/proxy.py``).
+"""``gateway/server/_lane.pyx``'s interface in Python: every read takes the Python path
+(``data_received``, ``upstream_data``), whose readers call the scanner's twin first.
+What runs where it was not compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
@@ -15,35 +15,8 @@ READ_BYTES = 120_000
 RECV = memoryview(bytearray(READ_BYTES))
 
 
-class PlainTable:
-    """What the lane may take: nothing, here."""
-
-    __slots__ = ()
-
-    def __init__(
-        self,
-        passthrough: object,
-        first_rewritten: object,
-        walks: object,
-        headed: object,
-        heads: object,
-        book: object,
-    ) -> None:
-        pass
-
-    def plain(self, key: int, version: int) -> bool:
-        return False
-
-    def walked(self, key: int, version: int) -> bool:
-        return False
-
-    def headed(self, key: int, version: int) -> bool:
-        return False
-
-
-class Lane:
-    """Base of ``ClientConnection``: the attributes the compiled lane keeps in C, and
-    every read handed to the Python path."""
+class Reads:
+    """Base of ``ClientConnection``: the state the compiled reads keep in C."""
 
     __slots__ = (
         "budget_on",
@@ -51,21 +24,19 @@ class Lane:
         "bytes_out",
         "charged",
         "client",
+        "counts",
         "draining",
+        "entries",
         "inflight",
-        "lane_frames",
-        "lane_requests",
-        "lane_responses",
-        "lane_table",
         "limits",
-        "log_sampled",
         "max_frame_bytes",
-        "requests",
-        "responses",
+        "observer",
+        "partial",
+        "scan_requests_ok",
+        "scan_responses_ok",
+        "table",
         "upstream",
     )
-
-    lane_in_flight = 0
 
     # Defined by ClientConnection.
     data_received: Any
@@ -79,17 +50,18 @@ class Lane:
             self.read_filled_client()
         self.data_received(RECV[:nbytes].tobytes())
 
-    def lane_spill(self) -> None:
-        pass
+    def recharge_writes(self) -> None:
+        now = self.partial
+        if self.client is not None:
+            now += self.client.get_write_buffer_size()
+        if self.upstream is not None:
+            now += self.upstream.get_write_buffer_size()
+        if now != self.charged:
+            self.limits.charge(self, self.charged, now)
+            self.charged = now
 
-    def lane_absorb(self, entries: object) -> bool:
-        return False
 
-    def lane_fold(self, stats: object) -> None:
-        pass
-
-
-class UpstreamLane:
+class UpstreamReads:
     """Base of ``UpstreamConnection``: hands each read to its pair."""
 
     __slots__ = ("pair",)

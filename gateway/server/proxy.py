@@ -1,9 +1,10 @@
-"""One proxied connection: the client-facing and the upstream-facing asyncio protocols.
+"""One proxied connection: the client-facing asyncio protocol, which owns the pair.
 
-All protocol decisions are made by the sans-I/O readers in ``gateway.protocol`` and the
-interceptors; this module only moves their output between the two sockets, applies
-back-pressure (a side stops reading while the other side's write buffer is above its
-high-water mark) and closes both sides together.
+All protocol decisions are made by the sans-I/O readers in ``gateway.protocol``, the
+scanner they call first, and the interceptors; this module only moves their output
+between the two sockets, applies back-pressure (``flow``) and closes both sides
+together. Its other sides are mixins: what interceptors see (``exchange``), the
+upstream's dialling (``dialing``) and what the limits see (``budget``).
 
 The connection knows no API by name. Interceptors registered by API key
 (``gateway.interceptors.dispatch``) decide: the connection's pass-through table (the
@@ -21,23 +22,18 @@ then) are read and take the way above.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
-from collections.abc import Callable, Coroutine
-from time import perf_counter
-from typing import Any, cast
+from typing import cast
 
 from ..clients import ClientInfo
 from ..config import HostPort
-from ..features.report import NO_FEATURES, FeatureReport
+from ..features.report import NO_FEATURES
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
-from ..observability.logging import RateLimitedLogger, get_logger
+from ..observability.logging import get_logger
 from ..principal import cached_rules, principal_of
 from ..protocol import (
     DroppedResponse,
     InFlight,
-    InFlightRequest,
     Item,
     ProtocolViolation,
     RequestFrame,
@@ -47,11 +43,25 @@ from ..protocol import (
     ResponseReader,
     ResponseTail,
     UnreadableResponse,
-    frame,
 )
-from ..protocol._apis import api_name
+from ..protocol import _scanner as protocol_scanner
 from ..versions import VersionRange
 from . import allocator
+from .budget import LimitsTarget
+from .dialing import UpstreamConnection, UpstreamDialing
+from .exchange import InterceptorExchange, limited
+from .flow import (
+    BACKPRESSURE,
+    DRAINING,
+    HELD,
+    PENDING_HIGH,
+    SLICE,
+    THROTTLED,
+    WRITE_BUFFER_HIGH,
+    WRITE_BUFFER_LOW,
+    Pauses,
+)
+from .reads import lane
 from .services import GatewayServices
 from .tls import peer_subject
 
@@ -61,40 +71,19 @@ from .tls import peer_subject
 # each forked worker inherits).
 allocator.pin_mmap_threshold()
 
-# The compiled lane takes the reads of requests and responses forwarded untouched (see
-# gateway/server/_lane.pyx); without it (not compiled, or turned off to compare or to
-# debug) every read takes the Python path below, which does the same.
-if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
-    from . import _lane_py as _lane
-else:
-    try:
-        from . import _lane  # type: ignore[no-redef]
-    except ImportError:  # built without a C compiler
-        from . import _lane_py as _lane  # type: ignore[no-redef]
 
 log = get_logger("gateway.proxy")
-# Lines about bad input, which a client (or a broker) can trigger once per frame.
-limited = RateLimitedLogger("gateway.proxy")
 
 # Whether an upstream answers acks=0 produces (Tansu does, Kafka does not), as the last
 # connection to it found out: a new connection starts from that instead of guessing
 # (see InFlight). One entry per upstream address.
 _acks0_answered: dict[HostPort, bool] = {}
 
-# Large enough that a bulk fetch streams without stop-and-go (at 1 GB/s, 512 KiB is half
-# a millisecond of data, and the kernel's socket buffers hold more), small enough that
-# slow clients cannot make the gateway hold much of a broker's output: 64 clients pulling
-# a 4.2 MB Metadata peaked at 167 MB RSS with 4 MiB here, 88-97 MB with 512 KiB (issue
-# 19's target: 100 MB), at the same CPU per response (metadata_bench, --workers 1).
-WRITE_BUFFER_HIGH = 512 * 1024
-WRITE_BUFFER_LOW = 128 * 1024
-# Client bytes held while the upstream handshake runs; above this the client is paused.
-PENDING_HIGH = 1024 * 1024
 # The most one socket read takes, and the unit of work a busy connection side gets per
 # turn of the event loop. libuv reads a readable socket again and again in one turn (up
 # to 32 times) for as long as each read fills the buffer, so four clients streaming a
 # 4.2 MB Metadata response held the loop for up to 10 ms at a time while every other
-# connection waited (issue 19's event-loop lag). A side whose read filled the buffer
+# connection waited (event-loop lag). A side whose read filled the buffer
 # therefore pauses reading and resumes on the loop's next turn (a read that did not
 # fill it ends that socket's turn by itself). uvloop reads 256 kB at once into a buffer
 # of its own and copies it out; both sides are BufferedProtocols reading into _RECV
@@ -102,52 +91,18 @@ PENDING_HIGH = 1024 * 1024
 # gateway on a CPU of its own (metadata_bench --proxy-cpus 1), had lag p99 1-5 ms with
 # 256 kB reads and <= 0.5 ms with 120 kB, at about the same CPU per response. 64 kB
 # cost 30 % more CPU per response (twice the reads, sends and yields) for no less lag.
-READ_BYTES = _lane.READ_BYTES
+READ_BYTES = lane.READ_BYTES
 # One receive buffer for every connection of the process: a read is copied out of it
 # into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
 # connection keeps a buffer of its own. The gateway runs one event loop per process
 # (workers are processes), so this is also one buffer per loop, as uvloop's is.
-_RECV = _lane.RECV
-# What the lane may take of a negotiation's pass-through table (Gateway.negotiated).
-PlainTable = _lane.PlainTable
-
-# Why a side's reading is paused, as bits: it reads again once no reason is left.
-_HELD = 1  # client bytes wait for the upstream handshake (PENDING_HIGH)
-_BACKPRESSURE = 2  # the other side's write buffer is above its high-water mark
-_MEMORY = 4  # queued_max_request_bytes is spent (gateway/server/limits.py)
-_DRAINING = 8  # SIGTERM: no new requests, never resumed
-_SLICE = 16  # a read filled the buffer: the loop's other work goes first (READ_BYTES)
-_THROTTLED = 32  # held by max_connection_creation_rate until its token is due
-
-
-class _Pauses:
-    """Why one side's reading is paused (the bits above): it reads again once no reason
-    is left, so lifting one pause never lifts another."""
-
-    __slots__ = ("reasons",)
-
-    def __init__(self) -> None:
-        self.reasons = 0
-
-    def pause(self, transport: asyncio.Transport | None, reason: int) -> None:
-        if transport is not None:
-            if not self.reasons:
-                transport.pause_reading()
-            self.reasons |= reason
-
-    def resume(self, transport: asyncio.Transport | None, reason: int, closed: bool) -> None:
-        if self.reasons & reason:
-            self.reasons &= ~reason
-            if not self.reasons and transport is not None and not closed:
-                transport.resume_reading()
-
+_RECV = lane.RECV
+# What the scanner may take of a negotiation's pass-through table (Gateway.negotiated).
+PlainTable = protocol_scanner.PlainTable
 
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
 # memoryview``: the union would be built anew at every isinstance on the hot path.
 _BUFFERS = (bytes, memoryview)
-
-# Correlation ids of the gateway's own upstream requests: negative, which no client uses.
-_internal_ids = itertools.count(-(2**31))
 
 
 def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
@@ -161,16 +116,17 @@ def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview
     out.clear()
 
 
-class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
+class ClientConnection(  # type: ignore[misc]
+    lane.Reads, InterceptorExchange, UpstreamDialing, LimitsTarget, asyncio.BufferedProtocol
+):
     """The client side. Owns the pair: it dials the upstream and tears both down.
 
-    Its reads (``get_buffer``, ``buffer_updated``), its transports, readers, in-flight
-    table and byte counts are the lane's (``_lane.Lane``); a read the lane does not take
-    comes to ``data_received`` or ``upstream_data``.
-    """
+    Composes the two readers, the in-flight table they share and the limits; each read
+    goes to the scanner first (``reads.lane.Reads``), what it leaves to its reader, and
+    what comes out to the other socket."""
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
-    # many attributes is ~1.3 kB a connection; bench/README.md, "Slots, a worker ...").
+    # many attributes is ~1.3 kB a connection; docs/hot-path.md).
     __slots__ = (
         "_client_pauses",
         "_closed",
@@ -194,6 +150,8 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         "peer_ip",
         "principal",
         "ranges",
+        "requests",
+        "responses",
         "tls_subject",
         "upstream_address",
         "upstream_features",
@@ -217,14 +175,6 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         )
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        # The lane's state (gateway/server/_lane.pyx): it takes no read until the
-        # upstream's versions are known (``_lane_state``).
-        self.lane_table = None
-        self.lane_requests = self.lane_responses = False
-        self.lane_frames = 0
-        self.max_frame_bytes = gateway.config.max_frame_bytes
-        self.limits = gateway.limits
-        self.budget_on = bool(gateway.limits.budget)
         self.bytes_in = self.bytes_out = 0  # request bytes in, response bytes out
         self.info: ClientInfo | None = None
         self.peer = "?"
@@ -248,20 +198,28 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         self._held_size = 0
         self._closed = False
         # Reasons (bits above) each side's reading is paused.
-        self._client_pauses = _Pauses()
-        self._upstream_pauses = _Pauses()
+        self._client_pauses = Pauses()
+        self._upstream_pauses = Pauses()
         self.draining = False
         # Byte counts already folded into the Prometheus counters.
         self._folded_in = 0
         self._folded_out = 0
-        self.log_sampled = None
+        self.observer = None
         if gateway.request_log is not None:
-            self.inflight.observer = self._log_request
-            self.log_sampled = gateway.request_log.sampled
+            self.inflight.observer = self.observer = self._log_request
         # Connection limits (gateway/server/limits.py).
         self.peer_ip = "?"
         self.opened_at = 0.0
         self.charged = 0  # bytes counted against queued_max_request_bytes
+        self.partial = 0  # of ``charged``: partial frames (see ``recharge_writes``)
+        self.limits = gateway.limits
+        self.budget_on = bool(gateway.limits.budget)
+        # What the scanner may take: nothing until the upstream's versions are known.
+        self.table = None
+        self.entries = self.inflight.entries
+        self.counts = self.inflight.counts
+        self.max_frame_bytes = gateway.config.max_frame_bytes
+        self.scan_requests_ok = self.scan_responses_ok = False
         self._first_done = False
         self.counted = False  # in the caps' counts (ConnectionLimits.admit/release)
         # The pending start of a connection held by the creation-rate throttle.
@@ -290,7 +248,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             # Over max_connection_creation_rate: Kafka's acceptor waits before taking
             # the connection; the kernel has taken it here, so it is held unread (its
             # bytes wait in the socket) until its token is due.
-            self.pause_client(_THROTTLED)
+            self.pause_client(THROTTLED)
             self._throttle = asyncio.get_running_loop().call_later(delay, self._serve)
             return
         self._serve()
@@ -303,7 +261,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             self._throttle = None
             if self._closed:
                 return
-            self.resume_client(_THROTTLED)
+            self.resume_client(THROTTLED)
         self.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
@@ -326,22 +284,25 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
     def read_filled_client(self) -> None:
         """A client read filled the buffer: libuv would read this socket again in this
         turn; the loop's other work goes first (READ_BYTES)."""
-        self.pause_client(_SLICE)
-        asyncio.get_running_loop().call_soon(self.resume_client, _SLICE)
+        self.pause_client(SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_client, SLICE)
 
     def data_received(self, data: bytes) -> None:
-        """A client read the lane did not take (or what was left of it)."""
-        self.lane_spill()
+        """A client read the scanner did not take (or what was left of it)."""
         if self.ranges is None:
             self._held.append(data)
             self._held_size += len(data)
             if self._held_size > PENDING_HIGH:
-                self.pause_client(_HELD)
+                self.pause_client(HELD)
         else:
             self.bytes_in += len(data)
-            self._to_upstream(self.requests.feed(data))
-            self._lane_state()
-        if self.gateway.limits.budget:
+            items = self.requests.feed(data)
+            if len(items) == 1 and items[0] is data:  # forwarded whole, the commonest
+                self.upstream.write(data)  # type: ignore[union-attr]
+            else:
+                self._to_upstream(items)
+            self._scan_state()
+        if self.budget_on:
             self._recharge()
 
     def _to_upstream(self, items: list[Item]) -> None:
@@ -378,242 +339,39 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         self.gateway.connection_closed(self)
 
     def pause_writing(self) -> None:
-        self.pause_upstream(_BACKPRESSURE)
+        self.pause_upstream(BACKPRESSURE)
 
     def resume_writing(self) -> None:
-        self.resume_upstream(_BACKPRESSURE)
-
-    # -- the pass-through table, and what happens to what it holds back ----------------
-    def _intercept_request(self, api_key: int, api_version: int) -> bool:
-        # Runs once per request: one dict lookup against the ranges that may pass through
-        # untouched (advertised ranges minus the APIs the gateway answers itself).
-        allowed = self._passthrough.get(api_key)
-        if allowed is None:
-            return not dispatch.forwards_unknown(self, api_key, api_version)
-        return api_version < allowed[0] or api_version > allowed[1]
-
-    def _handler_failed(self, request: RequestFrame, exc: Exception) -> None:
-        """An interceptor raised on a client's request: log (rate-limited, with the
-        traceback), count, and close this connection as Kafka closes on a request it
-        cannot handle."""
-        self.gateway.metrics.rejected.labels("handler_error").inc()
-        limited.error(
-            "request.handler_failed",
-            api_key=request.header.api_key,
-            version=request.header.api_version,
-            error=repr(exc),
-            **self.who(),
-        )
-        self.close()
-
-    def fold_stats(self) -> None:
-        """Move this connection's counts into the labelled Prometheus series."""
-        info = self.info
-        if info is None:
-            return
-        self.lane_fold(self.inflight.stats)
-        stats = self.inflight.stats.take()
-        self.sync_info()
-        bytes_in = self.bytes_in - self._folded_in
-        bytes_out = self.bytes_out - self._folded_out
-        self._folded_in, self._folded_out = self.bytes_in, self.bytes_out
-        self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
-
-    def sync_info(self) -> None:
-        """Bring the registry's counts for this connection (/connections) up to date."""
-        info = self.info
-        if info is not None:
-            info.requests = self.requests.frames + self.lane_frames
-            info.bytes_in, info.bytes_out = self.bytes_in, self.bytes_out
+        self.resume_upstream(BACKPRESSURE)
 
     def in_flight(self) -> int:
-        """Requests awaiting a response: the lane's and the Python table's."""
-        return len(self.inflight) + self.lane_in_flight
+        """Requests awaiting a response."""
+        return len(self.inflight)
 
-    def _lane_state(self) -> None:
-        """Say which reads the lane may take next, after the Python path changed what
-        it holds: requests when the request reader is between frames; responses when,
-        besides, every outstanding request is in the lane (``lane_absorb`` takes the
-        table's back when they are all plain). The lane's own reads change neither."""
-        inflight = self.inflight
-        table = self.lane_table
-        if table is None or self._closed or inflight.sasl.state:
-            self.lane_requests = self.lane_responses = False
+    def drained(self) -> None:
+        """Draining, the scanner took a read of responses: close once none is left."""
+        if not self.in_flight():
+            self.close()
+
+    def _scan_state(self) -> None:
+        """Say which reads the scanner may take next, after the Python path read: a
+        side's, when its reader is between frames and no SASL exchange is on (raw
+        tokens are no frames to scan). The scanner's own reads change neither."""
+        if self.table is None or self._closed or self.inflight.sasl.state:
+            self.scan_requests_ok = self.scan_responses_ok = False
             return
-        self.lane_requests = not self.draining and not self.requests.mid_frame
-        if self.responses.mid_frame or inflight.has_local_pending:
-            self.lane_responses = False
-            return
-        entries = inflight.plain_entries(table.plain)
-        self.lane_responses = entries is not None and (not entries or self.lane_absorb(entries))
-        if self.lane_responses and entries:
-            inflight.clear()
-
-    def _log_request(self, entry: InFlightRequest) -> None:
-        """The in-flight table's observer: each answered request of the Python path."""
-        request_log = self.gateway.request_log
-        if request_log is None or entry.context is not None or not request_log.sampled():
-            return
-        self.log_answer(
-            entry.api_key,
-            entry.api_version,
-            entry.correlation_id,
-            entry.started,
-            entry.request_bytes,
-            entry.response_bytes,
-            "gateway" if entry.local is not None else "upstream",
-        )
-
-    def log_answer(
-        self,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-        started: float,
-        request_bytes: int,
-        response_bytes: int,
-        outcome: str = "upstream",
-    ) -> None:
-        """The request log's line for an answered request; the lane calls it for the
-        answers it forwards and the log samples (``log_sampled``)."""
-        self.gateway.request_log.emit(  # type: ignore[union-attr]
-            "request.completed",
-            api=api_name(api_key),
-            api_version=api_version,
-            correlation_id=correlation_id,
-            latency_ms=round((perf_counter() - started) * 1000, 3),
-            request_bytes=request_bytes,
-            response_bytes=response_bytes,
-            outcome=outcome,
-            listener=self.listener,
-            **self.who(),
-        )
-
-    # -- what interceptors may do (gateway.interceptors.context.Exchange) -----------------
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def answer(self, entry: InFlightRequest, payload: bytes) -> None:
-        self._release(self.inflight.answer_locally(entry, frame(payload)))
-        self._lane_state()
-
-    def ask_upstream(
-        self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler
-    ) -> int:
-        correlation_id = next(_internal_ids)
-        version, request = build(correlation_id)
-        self.lane_spill()  # this request goes after the lane's
-        self.lane_responses = False  # its answer goes to the Python path
-        entry = self.inflight.add(api_key, version, correlation_id)
-        entry.context = handler
-        assert self.upstream is not None
-        self.upstream.write(request)
-        return version
-
-    def violation(self, side: str, reason: str, detail: str) -> None:
-        self._violation(side, ProtocolViolation(reason, detail))
-
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        asyncio.get_running_loop().create_task(work)
-
-    def _release(self, frames: list[bytes]) -> None:
-        if self.client is not None and frames:
-            self.client.writelines(frames)
-
-    def who(self) -> dict[str, object]:
-        return self.info.log_fields() if self.info is not None else {"peer": self.peer}
+        self.scan_requests_ok = not self.draining and not self.requests.mid_frame
+        self.scan_responses_ok = not self.responses.mid_frame
 
     # -- upstream socket -----------------------------------------------------------
-    async def _connect_upstream(self) -> None:
-        sni = self.gateway.sni
-        if self._unknown_node is not None and sni is not None:
-            found = await sni.look_up(self._unknown_node, self.peer)
-            self._unknown_node = None
-            if found is None or self._closed:
-                self.close()
-                return
-            self.upstream_address = found
-        loop = asyncio.get_running_loop()
-        address = self.upstream_address
-        gw = self.gateway
-        server_hostname = gw.upstream_server_hostname(address)
-        try:
-            transport, _ = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: UpstreamConnection(self),
-                    address.host,
-                    address.port,
-                    ssl=gw.upstream_tls,
-                    server_hostname=server_hostname,
-                ),
-                gw.config.upstream_connect_timeout_s,
-            )
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError (a failed handshake) included
-            gw.metrics.upstream_connect_errors.labels(str(address)).inc()
-            log.warning(
-                "upstream.connect_failed",
-                upstream=str(address),
-                peer=self.peer,
-                error=str(exc) or type(exc).__name__,
-                **({"tls_server_hostname": server_hostname} if gw.upstream_tls else {}),
-            )
-            if self._fallbacks and not self._closed:
-                self.upstream_address = self._fallbacks.pop(0)
-                await self._connect_upstream()
-                return
-            self.close()
-            return
-        upstream = cast(asyncio.Transport, transport)
-        if self._closed:
-            upstream.close()
-            return
-        upstream.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        self.upstream = upstream
-        dispatch.ask_upstream_versions(self, self._negotiated)
-
-    def _negotiated(
-        self, upstream_ranges: dict[int, VersionRange], upstream_features: FeatureReport
-    ) -> None:
-        # The copy every connection to this upstream shares (this one's own goes).
-        self.upstream_ranges = self.gateway.negotiated(
-            self.upstream_address, upstream_ranges, upstream_features
-        ).upstream
-        self.upstream_features = upstream_features
-        self.renegotiate()
-        held, self._held = self._held, []
-        self._held_size = 0
-        for data in held:
-            self.data_received(data)
-            if self._closed:
-                return
-        self.resume_client(_HELD)
-
-    def renegotiate(self) -> None:
-        """(Re)compute what this connection may use, e.g. after finalized levels changed.
-
-        Clients only re-read ApiVersions on a new connection; until then a version the
-        new levels withhold is answered with UNSUPPORTED_VERSION, as Kafka does.
-        """
-        if self.upstream is None or (not self.upstream_ranges and self.ranges is None):
-            return
-        negotiated = self.gateway.negotiated(
-            self.upstream_address, self.upstream_ranges, self.upstream_features
-        )
-        self.ranges, self._passthrough = negotiated.ranges, negotiated.passthrough
-        self.feature_report = self.gateway.feature_report(self.upstream_features)
-        self.lane_table = negotiated.lane
-        self._lane_state()
-
     def upstream_data(self, data: bytes) -> None:
-        """An upstream read the lane did not take (or what was left of it)."""
+        """An upstream read."""
         client = self.client
         if client is None:
             return
-        self.lane_spill()
         self.bytes_out += len(data)
         # What one read gives the client goes out in one system call (uvloop's writelines
-        # is one writev). Written one by one, eight pipelined Produce v10+ answers were
+        # is one writev). Written one by one, eight pipelined answers were
         # eight sends, which cost more than everything else the gateway did with them.
         out: list[bytes | bytearray | memoryview] = []
         for item in self.responses.feed(data):
@@ -650,57 +408,14 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
                 return
         _send(client, out)
         if self.requests.held and not self._closed:
-            # Client bytes sent out of turn in a SaslHandshake v0 exchange were held
+            # Client bytes sent out of turn in a SASL exchange were held
             # until the broker answered; the broker has moved on, take them up again.
             self._to_upstream(self.requests.resume())
         if self.draining and not self.in_flight():
             self.close()
-        self._lane_state()
-        if self.gateway.limits.budget:
+        self._scan_state()
+        if self.budget_on:
             self._recharge()
-
-    # -- connection limits (see gateway/server/limits.py) ---------------------------------
-    def _recharge(self) -> None:
-        now = self.buffered()
-        if now != self.charged:
-            self.gateway.limits.charge(self, self.charged, now)
-            self.charged = now
-
-    def buffered(self) -> int:
-        """Partial frames and bytes not yet written, both ways."""
-        # Runs after every read both ways (see _recharge): spelled out rather than a
-        # loop over a tuple of the two transports, it costs 60-200 ns less a call.
-        held = self._held_size + self.requests.buffered + self.responses.buffered
-        client, upstream = self.client, self.upstream
-        if client is not None:
-            held += client.get_write_buffer_size()
-        if upstream is not None:
-            held += upstream.get_write_buffer_size()
-        return held
-
-    def activity(self) -> tuple[int, ...]:
-        return (self.bytes_in + self._held_size, self.bytes_out, self.in_flight())
-
-    def has_request(self) -> bool:
-        if not self._first_done:
-            frames = self.requests.frames + self.lane_frames
-            self._first_done = frames > 1 or (frames == 1 and not self.requests.mid_frame)
-        return self._first_done
-
-    def memory_pause(self, paused: bool) -> None:
-        if paused:
-            self.pause_client(_MEMORY)
-        else:
-            self.resume_client(_MEMORY)
-
-    def limit_close(self, reason: str) -> None:
-        # At once, dropping what is not sent yet, as Kafka's broker closes an expired
-        # connection. close() waits for the client to read its write buffer: a client
-        # that had stopped reading kept it (and its part of queued_max_request_bytes)
-        # for as long as it stayed connected, and was closed again at every sweep
-        # (issue 34: 2 MB of answers to pipelined ApiVersions, idle-closed 8 times in
-        # 8 s and still counted).
-        self.abort()
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -716,30 +431,6 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             )
         self.close()
 
-    # -- shared ----------------------------------------------------------------------
-    def rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
-        name = api_name(entry.api_key)
-        self.gateway.metrics.rewrite_errors.labels(name).inc()
-        limited.error(
-            "response.rewrite_failed",
-            api=name,
-            version=entry.api_version,
-            error=error,
-            peer=self.peer,
-        )
-
-    def _violation(self, side: str, violation: ProtocolViolation) -> None:
-        self.gateway.metrics.rejected.labels(violation.reason).inc()
-        limited.warning(
-            "connection.protocol_violation",
-            side=side,
-            reason=violation.reason,
-            detail=violation.detail,
-            listener=self.listener,
-            **self.who(),
-        )
-        self.close()
-
     def pause_client(self, reason: int) -> None:
         self._client_pauses.pause(self.client, reason)
 
@@ -748,8 +439,8 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
 
     def read_filled_upstream(self) -> None:
         """An upstream read filled the buffer (see ``read_filled_client``)."""
-        self.pause_upstream(_SLICE)
-        asyncio.get_running_loop().call_soon(self.resume_upstream, _SLICE)
+        self.pause_upstream(SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)
 
     def pause_upstream(self, reason: int) -> None:
         self._upstream_pauses.pause(self.upstream, reason)
@@ -760,8 +451,8 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
     def drain(self) -> None:
         """Stop taking requests; close once every in-flight request was answered."""
         self.draining = True
-        self.lane_requests = False
-        self.pause_client(_DRAINING)
+        self.scan_requests_ok = False
+        self.pause_client(DRAINING)
         if not self.in_flight():
             self.close()
 
@@ -770,7 +461,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             return
         self._closed = True
         # A read that still comes takes the Python path, which knows the pair is closed.
-        self.lane_requests = self.lane_responses = False
+        self.scan_requests_ok = self.scan_responses_ok = False
         # transport.close() still flushes what is buffered, so answered requests reach
         # the client before the socket goes.
         if self.client is not None:
@@ -781,7 +472,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
 
     def abort(self) -> None:
         self._closed = True
-        self.lane_requests = self.lane_responses = False
+        self.scan_requests_ok = self.scan_responses_ok = False
         for transport in (self.client, self.upstream):
             if transport is not None:
                 transport.abort()
@@ -796,7 +487,7 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
         passes are rare in a gateway (few Python objects live long enough to trigger
         one). Freed only then, the partial frames of closed attackers stayed: about
         100 MB a worker after three rounds of 60, each sending 20 MB of a 50 MB
-        request, on a 64 MiB budget (issue 34, docs/memory.md)."""
+        request, on a 64 MiB budget (docs/memory.md)."""
         self.requests.discard()
         self.responses.discard()
         self._held = []
@@ -806,20 +497,4 @@ class ClientConnection(_lane.Lane, asyncio.BufferedProtocol):
             self._recharge()
 
 
-class UpstreamConnection(_lane.UpstreamLane, asyncio.BufferedProtocol):
-    """The broker side; hands everything to its ``ClientConnection`` (its reads through
-    the lane: ``_lane.UpstreamLane``)."""
-
-    __slots__ = ()
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.pair.upstream_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.pair.pause_client(_BACKPRESSURE)
-
-    def resume_writing(self) -> None:
-        self.pair.resume_client(_BACKPRESSURE)
+__all__ = ["READ_BYTES", "ClientConnection", "PlainTable", "UpstreamConnection"]

@@ -1,19 +1,22 @@
-"""The compiled lane (gateway/server/_lane.pyx) does what the Python path does.
+"""The compiled scanner and reads (gateway/protocol/_scan.pyx, gateway/server/_lane.pyx)
+do what the readers alone do.
 
-Every read a socket gives a connection goes through ``buffer_updated``; the lane takes
-the plain requests and responses of a read and hands the rest to the Python path
-(``data_received``, ``upstream_data``). A second connection fed the same bytes through
-the Python path alone is the reference: both must send the same bytes each way, count
-the same requests, responses, bytes and rewrite errors, and log the same request-log
-lines, for any mix of requests (forwarded, answered here, rewritten, walked: Produce
-v10+ and Fetch v16+ whose answers may or may not hold NodeEndpoints or walk at all;
-headed: Metadata, whose answers' heads the lane replaces when the Python path rewrote
-the same head for the same book and generation; acks=0) cut into reads anywhere and
-answered at any time, while the address book sometimes moves. The C walk of the walked
-answers is held to the Python walk on its own, over every flexible response Kafka has.
-The transports are stand-ins that keep what is written (what a socket carries is the
-point here, and the cuts must be chosen); the connection, readers, interceptors and
-lane are the real ones.
+Every read a socket gives a connection goes through ``buffer_updated``; the scanner
+takes the plain requests and responses of a read and hands the rest to the readers
+(``data_received``, ``upstream_data``). A second connection fed the same bytes
+through the readers alone, without the scanner, is the reference: both must send the
+same bytes each way, count the same requests, responses, bytes and rewrite errors, and
+log the same request-log lines, for any mix of requests (forwarded, answered here,
+rewritten, walked: Produce v10+ and Fetch v16+ whose answers may or may not hold
+NodeEndpoints or walk at all; headed: Metadata, whose answers' heads the scanner
+replaces when the readers rewrote the same head for the same book and generation;
+acks=0) cut into reads anywhere and answered at any time, while the address book
+sometimes moves. The C walk of the walked answers is held to the Python walk on its
+own, over every flexible response Kafka has. The transports are stand-ins that keep
+what is written (what a socket carries is the point here, and the cuts must be
+chosen); the connection, readers, interceptors and scanner are the real ones. With
+``KAFKA_GATEWAY_PURE_PYTHON=1`` the same tests hold the scanner's Python twin to the
+readers alone.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from kio.index import load_response_schema
 from gateway.features.report import NO_FEATURES
 from gateway.interceptors import addresses, dispatch
 from gateway.protocol import Incomplete, InFlightRequest, Malformed, tail_program
+from gateway.protocol import _scanner as scanner
 from gateway.protocol._stats import LATENCY_BUCKETS
 from gateway.protocol._walk import tags_offset
 from gateway.server import proxy
@@ -61,7 +65,7 @@ from .test_tagged import flexible_responses
 from .test_walk import cuts
 
 DESCRIBE_GROUPS, LIST_OFFSETS = 15, 2
-compiled_only = pytest.mark.skipif(not proxy._lane.COMPILED, reason="the lane is not compiled")
+compiled_only = pytest.mark.skipif(not scanner.COMPILED, reason="the scanner is not compiled")
 
 
 class BytesTransport(RecordingTransport):
@@ -81,8 +85,8 @@ def test_the_lane_is_compiled() -> None:
     a C compiler still works): a silent fallback would leave it untested."""
     if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
         pytest.skip("the pure-Python path was asked for")
-    assert proxy._lane.COMPILED
-    assert proxy._lane.LATENCY_BUCKETS == LATENCY_BUCKETS
+    assert scanner.COMPILED and proxy.lane.COMPILED
+    assert scanner.LATENCY_BUCKETS == LATENCY_BUCKETS
 
 
 @compiled_only
@@ -91,7 +95,7 @@ def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -
     tagged section (Produce v10+, Fetch v16+), which the lane walks, and those rewritten
     only in their head (Metadata), whose heads the lane may replace."""
     conn, _, _ = connected(RecordingTransport)
-    table = conn.lane_table
+    table = conn.table
     assert table is not None
     for key in range(-1, 140):
         for version in range(-1, 20):
@@ -131,16 +135,14 @@ def test_the_c_walk_ends_where_the_python_walk_does(make: Callable[[list[object]
         key, version = entity.__api_key__, entity.__version__  # type: ignore[attr-defined]
         program = tail_program(key, version)
         body = encode(entity)
-        assert proxy._lane.tail_offset(key, version, program, body) == tags_offset(
-            key, version, body
-        )
+        assert scanner.tail_offset(key, version, program, body) == tags_offset(key, version, body)
         for _ in range(400):
             mutated = bytearray(body)
             for _ in range(rng.randint(1, 3)):
                 mutated[rng.randrange(len(mutated))] = rng.randrange(256)
             if rng.random() < 0.3:
                 del mutated[rng.randrange(len(mutated)) :]
-            got = proxy._lane.tail_offset(key, version, program, bytes(mutated))
+            got = scanner.tail_offset(key, version, program, bytes(mutated))
             try:
                 expected: int | None = tags_offset(key, version, mutated)
             except (Incomplete, Malformed):
@@ -160,9 +162,9 @@ def test_the_c_walk_runs_every_kind_of_step_as_the_python_walk(key: int, version
     flipped: the C walk ends where ``tags_offset`` does, or refuses where it fails."""
     program = tail_program(key, version)
     body = encode_sample(sample(load_response_schema(key, version), fill_tags=True))
-    assert proxy._lane.tail_offset(key, version, program, body) == tags_offset(key, version, body)
+    assert scanner.tail_offset(key, version, program, body) == tags_offset(key, version, body)
     for variant in cuts(body):
-        got = proxy._lane.tail_offset(key, version, program, variant)
+        got = scanner.tail_offset(key, version, program, variant)
         if got >= 0:
             assert got == tags_offset(key, version, variant), variant.hex()
 
@@ -331,6 +333,10 @@ class Side:
             self.conn.gateway._negotiated.clear()  # a lane table made with this book
             self.conn._negotiated(gateway_supported(), NO_FEATURES)
         self.lane = lane
+        if not lane:  # the readers alone, without the scanner
+            conn = self.conn
+            conn.table = conn.requests.table = conn.responses.table = None
+            conn.scan_requests_ok = conn.scan_responses_ok = False
         # The request log's lines (every request's, when log_requests is 1).
         self.logged: list[dict[str, object]] = []
         if self.conn.gateway.request_log is not None:
@@ -423,7 +429,7 @@ def _counts(conn: ClientConnection) -> tuple[object, ...]:
         conn.in_flight(),
         conn.bytes_in,
         conn.bytes_out,
-        conn.requests.frames + conn.lane_frames,
+        conn.requests.frames,
         info and (info.requests, info.bytes_in, info.bytes_out),
     )
 
@@ -456,12 +462,12 @@ def test_plain_requests_in_whole_reads_never_leave_the_lane(log_requests: float)
         side.upstream_read(side.answers(sent))
     conn = side.conn
     assert (len(side.logged) > 0) == bool(log_requests) and len(side.logged) < 64
-    assert conn.lane_frames == 64 and conn.requests.frames == 0
-    assert conn.lane_in_flight == 0 and len(conn.inflight) == 0
-    assert conn.inflight.stats.requests == {}  # nothing went the Python way
-    conn.lane_fold(conn.inflight.stats)
-    assert conn.inflight.stats.requests == {(DESCRIBE_GROUPS, 0): 64}
-    assert conn.inflight.stats.responses == {(DESCRIBE_GROUPS, 0): 64}
+    assert conn.inflight.counts.frames == 64 and conn.requests.frames == 64
+    assert len(conn.inflight) == 0 and conn.inflight.entries == []
+    assert conn.inflight.stats.requests == {}  # nothing went the readers' way
+    stats = conn.inflight.fold()
+    assert stats.requests == {(DESCRIBE_GROUPS, 0): 64}
+    assert stats.responses == {(DESCRIBE_GROUPS, 0): 64}
     assert side.client.data == b"".join(_answer(r) for r in reqs)
 
 
@@ -488,32 +494,35 @@ def test_the_lane_reads_acks_past_every_produce_header(
         produce(version, 3, acks=1, transactional_id="txn", client_id=None, tagged=tagged),
     ]
     side.client_read(b"".join(r.frame for r in kept))
-    assert conn.lane_frames == 3 and conn.requests.frames == 0
+    assert conn.inflight.counts.frames == 3 and conn.requests.frames == 3
     side.client_read(produce(version, 4, acks=0, transactional_id="txn", tagged=tagged).frame)
-    assert conn.lane_frames == 3 and conn.requests.frames == 1
+    assert conn.inflight.counts.frames == 3 and conn.requests.frames == 4
 
 
 @compiled_only
-def test_the_lane_takes_back_requests_once_the_python_path_is_done() -> None:
-    """A FindCoordinator request (its answer gathered and rewritten) sends the lane's
-    requests to the Python table; once only plain ones are left there, the lane takes
-    them back."""
+def test_the_scanner_and_the_readers_share_one_table() -> None:
+    """A FindCoordinator request (its answer gathered and rewritten) goes to the
+    readers, between requests the scanner took, in one table and in order; once the
+    readers answered it, the scanner takes the answers behind it."""
     side = Side(lane=True)
     conn = side.conn
     find = request(10, 1, 2, struct.pack(">h", 6) + b"group1" + b"\x00", header_version=1)
     reqs = [_describe_groups(1), find, _describe_groups(3), _describe_groups(4)]
     sent = {r.correlation_id: r for r in reqs}
     side.client_read(reqs[0].frame)
-    assert conn.lane_in_flight == 1
-    side.client_read(b"".join(r.frame for r in reqs[1:]))  # FindCoordinator: Python path
-    assert conn.lane_in_flight == 0 and len(conn.inflight) == 4
+    assert conn.inflight.counts.frames == 1
+    side.client_read(b"".join(r.frame for r in reqs[1:]))  # FindCoordinator: the reader's
+    assert [e.correlation_id for e in conn.inflight.entries] == [1, 2, 3, 4]
+    assert conn.inflight.counts.frames == 3  # the scanner took the two after it
     answers = side.answers(sent)
     first_two = 4 + struct.unpack_from(">i", answers, 0)[0]
     first_two += 4 + struct.unpack_from(">i", answers, first_two)[0]
     side.upstream_read(answers[:first_two])  # DescribeGroups and FindCoordinator answered
-    assert len(conn.inflight) == 0 and conn.lane_in_flight == 2 and conn.lane_responses
+    assert [e.correlation_id for e in conn.inflight.entries] == [3, 4]
+    assert conn.scan_responses_ok
     side.upstream_read(answers[first_two:])
     assert conn.in_flight() == 0
+    assert conn.inflight.fold().responses == {(DESCRIBE_GROUPS, 0): 3, (10, 1): 1}
 
 
 @compiled_only
@@ -552,7 +561,7 @@ def test_the_python_path_alone_passes_the_connection_tests() -> None:
         "-k",
         "not python_path_alone",
     ]
-    check = "import gateway.server.proxy as p, sys; sys.exit(p._lane.COMPILED)"
+    check = "import gateway.server.proxy as p, sys; sys.exit(p.lane.COMPILED)"
     assert subprocess.run([sys.executable, "-c", check], env=env).returncode == 0
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],

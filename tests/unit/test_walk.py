@@ -22,10 +22,10 @@ from kio.static.constants import EntityType
 
 from gateway.protocol import Incomplete, Malformed, known_api_keys
 from gateway.protocol._apis import has_schema
+from gateway.protocol._finders import _Finder
 from gateway.protocol._walk import (
     Walk,
     _entity,
-    _Finder,
     field_offset,
     fields,
     layout,

@@ -1,0 +1,36 @@
+"""Which scanner runs: the compiled one (``_scan.pyx``), or its Python twin
+(``_scan_py.py``) where it was not compiled or ``KAFKA_GATEWAY_PURE_PYTHON=1`` asks for
+the Python path alone (to compare, or to debug). One choice for the process, made at
+import: the in-flight entries both readers make are the chosen module's."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+
+def _chosen() -> tuple[ModuleType, ModuleType]:
+    """(the scanner's functions, its tables): both compiled, or both the twin's."""
+    if not os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
+        try:
+            # By name: the compiled modules have no source an import graph could read
+            # (they import nothing of the package).
+            tables = importlib.import_module("gateway.protocol._tables")
+            return importlib.import_module("gateway.protocol._scan"), tables
+        except ImportError:  # built without a C compiler
+            pass
+    from . import _scan_py
+
+    return _scan_py, _scan_py
+
+
+scan, tables = _chosen()
+COMPILED: bool = scan.COMPILED
+InFlightRequest = tables.InFlightRequest
+PlainTable = tables.PlainTable
+Counts = tables.Counts
+LATENCY_BUCKETS: tuple[float, ...] = tables.LATENCY_BUCKETS
+scan_requests = scan.scan_requests
+match_responses = scan.match_responses
+tail_offset = scan.tail_offset
