@@ -28,7 +28,7 @@ RUN groupadd --system --gid 10001 kafka-gateway \
 
 # -- build the project's wheel once; both targets install the same file -----------------
 FROM python-base AS builder
-# The compiled lane (setup.py: gateway/server/_lane.pyx) needs a C compiler. Only this
+# The compiled modules (setup.py: the scanner and the reads) need a C compiler. Only this
 # stage has one: the images get the built wheel, whose extension needs nothing but libc.
 # Pinned (hadolint DL3008) to Debian 12's versions, the base image's release: bump them
 # with the base image.
