@@ -254,28 +254,30 @@ def test_a_failing_job_still_says_why_without_verbose(tmp_path) -> None:
 
 def test_the_driver_stays_where_the_operator_put_it(monkeypatch) -> None:
     """Loopback only when neither SPARK_LOCAL_IP nor the driver's address is given."""
-    from featurectl.plan import job
+    from featurectl.plan import session
 
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
-    assert job.loopback_driver({}, {})
-    assert job.loopback_driver({"spark.driver.memory": "4g"}, {})
-    assert not job.loopback_driver({"spark.driver.host": "10.0.0.5"}, {})
-    assert not job.loopback_driver({}, {"spark.driver.bindAddress": "0.0.0.0"})
+    assert session.loopback_driver({}, {})
+    assert session.loopback_driver({"spark.driver.memory": "4g"}, {})
+    assert not session.loopback_driver({"spark.driver.host": "10.0.0.5"}, {})
+    assert not session.loopback_driver({}, {"spark.driver.bindAddress": "0.0.0.0"})
     monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.5")
-    assert not job.loopback_driver({}, {})
+    assert not session.loopback_driver({}, {})
 
 
 def test_quiet_logging_adds_to_the_drivers_java_options() -> None:
-    from featurectl.plan import job
+    from featurectl.plan import session
 
-    options = job.quiet_java_options(job.JIT_OPTIONS)
-    assert options.startswith(f"{job.JIT_OPTIONS} -Dlog4j2.configurationFile=file:///")
+    options = session.quiet_java_options(session.JIT_OPTIONS)
+    assert options.startswith(f"{session.JIT_OPTIONS} -Dlog4j2.configurationFile=file:///")
     profile = Path(options.rsplit("=file://", 1)[1])
-    assert profile.name == job.QUIET_LOG4J2 and "rootLogger.level = error" in profile.read_text()
-    assert job.quiet_java_options("") == options.removeprefix(f"{job.JIT_OPTIONS} ")
+    assert (
+        profile.name == session.QUIET_LOG4J2 and "rootLogger.level = error" in profile.read_text()
+    )
+    assert session.quiet_java_options("") == options.removeprefix(f"{session.JIT_OPTIONS} ")
     # An operator's own log4j configuration is theirs to keep.
     own = "-Xss4m -Dlog4j2.configurationFile=/etc/spark/log4j2.properties"
-    assert job.quiet_java_options(own) == own
+    assert session.quiet_java_options(own) == own
 
 
 @pytest.mark.parametrize(
@@ -336,10 +338,10 @@ def test_the_job_runs_under_spark_submit(dataset, tmp_path) -> None:
 
 
 def test_jvm_options_yield_to_the_clusters_spark_defaults(tmp_path, monkeypatch) -> None:
-    from featurectl.plan import job
+    from featurectl.plan import session
 
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
-    assert job.spark_defaults_keys() == set()
+    assert session.spark_defaults() == {}
     (tmp_path / "spark-defaults.conf").write_text(
         "\n".join(
             (
@@ -352,10 +354,9 @@ def test_jvm_options_yield_to_the_clusters_spark_defaults(tmp_path, monkeypatch)
             )
         )
     )
-    assert job.spark_defaults() == {
+    assert session.spark_defaults() == {
         "spark.executor.extraJavaOptions": "-XX:+UseG1GC",
         "spark.driver.memory": "4g",
         "spark.eventLog.enabled": "true",
         "spark.driver.host": "10.0.0.5",
     }
-    assert job.spark_defaults_keys() == set(job.spark_defaults())

@@ -19,9 +19,10 @@ from pyspark.sql import SparkSession
 from featurectl.plan import readers, synth
 from featurectl.plan import transforms as tx
 from featurectl.plan.columnar import SAMPLES, SORT_KEY, SampleSink
+from featurectl.plan.compute import compute_plan
 from featurectl.plan.convert import convert
-from featurectl.plan.job import PlanInputs, compute_plan
 from featurectl.plan.layout import ScrapeMeta
+from featurectl.plan.model import PlanInputs
 from gateway.features.catalogue import load_catalogue
 from tests.unit.test_plan_transforms import spark
 
