@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from gateway.commands import add_command
 
+from .arguments import add_verbose_argument
 from .columnar import DATE_PARTITION, SAMPLES, SORT_KEY
-from .job import add_verbose_argument
 from .layout import PROM_SUFFIX, SCRAPES, STATE
+from .session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,7 +93,6 @@ def add_convert_subcommand(subparsers: argparse._SubParsersAction) -> argparse.A
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from .job import spark_session
     from .readers import dataset_uri
 
     source, out = Path(args.metrics), Path(args.out)

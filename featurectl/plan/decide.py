@@ -28,6 +28,11 @@ CLIENT = ("client_software_name", "client_software_version")
 Support = tuple[str, str, int | None, int | None]
 
 
+def client_label(row: Mapping[str, Any]) -> str:
+    """A client software as the plan names it to people: ``name version``."""
+    return f"{row['client_software_name']} {row['client_software_version']}"
+
+
 def nulls_first(value: Any) -> tuple[bool, Any]:
     """Sort key of one field as Spark's ``sort_array`` orders it: nulls first."""
     return (value is not None, value)
@@ -200,4 +205,12 @@ def verdicts(
     return out
 
 
-__all__ = ["CLIENT", "blocking_gateways", "feature_levels", "kind_of", "nulls_first", "verdicts"]
+__all__ = [
+    "CLIENT",
+    "blocking_gateways",
+    "client_label",
+    "feature_levels",
+    "kind_of",
+    "nulls_first",
+    "verdicts",
+]

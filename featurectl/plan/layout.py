@@ -59,6 +59,16 @@ def epoch_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+def iso_time(ms: int | None) -> str | None:
+    """Epoch milliseconds as plan.json and the reports write them: RFC 3339 UTC to the
+    second (``2025-01-06T00:00:00Z``); None stays None."""
+    if ms is None:
+        return None
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
+
+
 def encode_name(gateway_id: str) -> str:
     """A file stem for ``gateway_id`` that ``decode_name`` turns back into it.
 
@@ -237,6 +247,7 @@ __all__ = [
     "decode_name",
     "encode_name",
     "epoch_ms",
+    "iso_time",
     "parse_utc",
     "registration_from_dict",
     "registration_to_dict",

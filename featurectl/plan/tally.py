@@ -8,7 +8,7 @@ here, like the decisions (``decide``): as Spark queries these joins and grouping
 a dozen short jobs, each planned, code-generated and JIT-compiled for a few thousand
 rows (docs/planner.md#few-spark-jobs).
 
-Rows are plain dicts as ``job._row`` makes them (times in epoch milliseconds):
+Rows are plain dicts as ``compute._row`` makes them (times in epoch milliseconds):
 
 * label sets: ``label_id`` and ``PLAN_LABELS``
 * series: ``gateway_id``, ``label_id``, ``requests``, ``first_seen``, ``last_seen``

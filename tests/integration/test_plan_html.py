@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from featurectl.plan.job import PlanData, PlanInputs
+from featurectl.plan.model import PlanData, PlanInputs
 from featurectl.plan.report import write_report
 from gateway.commands import shell_command
 from gateway.features.catalogue import load_catalogue

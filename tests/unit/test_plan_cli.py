@@ -1,8 +1,10 @@
 """``featurectl plan`` end to end on a small synthetic dataset, as an operator runs it.
 
 Each run is a real process with its own local Spark (what ``featurectl plan`` and
-``spark-submit`` do), so runs are few, each checks everything about its output, and
-they are marked slow (``-m "not slow"`` keeps the quick usage checks).
+``spark-submit`` do), so runs are few: one run as an operator makes it
+(``operator_plan``) serves every test that reads a plan of the whole dataset with its
+targets, and a test starts its own only for what that run cannot show. They are marked
+slow (``-m "not slow"`` keeps the quick usage checks).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,22 +71,47 @@ def featurectl(
     )
 
 
-@pytest.mark.slow
-def test_plan_blocks_targets_names_who_and_writes_report_and_charts(dataset, tmp_path) -> None:
-    out = tmp_path / "plan"
+# Two targets neither of which is safe yet: a gateway blocks one, clients the other.
+TARGETS = ("--target", "transaction.version=2", "--target", "group.version=0")
+
+
+@pytest.fixture(scope="module")
+def operator_plan(
+    dataset: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``featurectl plan`` as an operator runs it, read by several tests: the default
+    master, no SPARK_LOCAL_IP (loopback must be featurectl's doing) and an empty
+    SPARK_CONF_DIR (Spark's default logging, which warns here of the hostname resolving
+    to loopback and of no native Hadoop library). Its process and its --out."""
+    out = tmp_path_factory.mktemp("plan")
     done = featurectl(
         "plan",
         "--metrics",
         str(dataset),
-        "--master",
-        "local[1]",
         "--out",
         str(out),
-        "--target",
-        "transaction.version=2",
-        "--target",
-        "group.version=0",
+        *TARGETS,
+        environ=operator_env(tmp_path_factory.mktemp("spark")),
     )
+    return done, out
+
+
+def operator_env(workdir: Path) -> dict[str, str]:
+    """The tests' Spark with an empty SPARK_CONF_DIR and no address, nor a ZooKeeper."""
+    environ = app_env(workdir)
+    return {k: v for k, v in environ.items() if not k.startswith("KAFKA_GATEWAY_ZOOKEEPER")}
+
+
+def comparable(plan: dict[str, Any]) -> dict[str, Any]:
+    """plan.json but for when it was written, how fast, and the dataset's path."""
+    plan = {k: v for k, v in plan.items() if k not in ("generated_at", "timings_s")}
+    plan["dataset"] = {k: v for k, v in plan["dataset"].items() if k != "path"}
+    return plan
+
+
+@pytest.mark.slow
+def test_plan_blocks_targets_names_who_and_writes_report_and_charts(operator_plan) -> None:
+    done, out = operator_plan
     # 1: the plan was written, but neither target can be applied yet.
     assert done.returncode == 1, done.stderr[-3000:]
     assert "transaction.version: 1 -> 2 (upgrade): NOT safe yet" in done.stdout
@@ -141,23 +169,25 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(dataset, tmp
 
 
 @pytest.mark.slow
-def test_a_parquet_dataset_plans_as_the_text_one(dataset, tmp_path) -> None:
+def test_a_parquet_dataset_plans_as_the_text_one(operator_plan, tmp_path) -> None:
     """collect's Parquet (synth writes through its sink) against the text of the same fleet."""
     parquet = tmp_path / "parquet"
     synth.generate(parquet, dataclasses.replace(SPEC, format="parquet"))
-    plans = []
-    for metrics in (dataset, parquet):
-        out = tmp_path / f"plan-{metrics.name}"
-        args = ["--metrics", str(metrics), "--master", "local[1]", "--out", str(out)]
-        done = featurectl("plan", *args, "--target", "transaction.version=2")
-        assert done.returncode == 1, done.stderr[-3000:]
-        plan = json.loads((out / "plan.json").read_text())
-        for key in ("generated_at", "timings_s"):
-            plan.pop(key)
-        plan["dataset"].pop("path")
-        plans.append(plan)
+    _, text_out = operator_plan
+    out = tmp_path / "plan"
+    done = featurectl(
+        "plan",
+        "--metrics",
+        str(parquet),
+        "--out",
+        str(out),
+        *TARGETS,
+        environ=operator_env(tmp_path / "spark"),
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    plans = [json.loads((d / "plan.json").read_text()) for d in (text_out, out)]
     assert plans[0]["verdicts"] and plans[0]["clients"]
-    assert plans[1] == plans[0]
+    assert comparable(plans[1]) == comparable(plans[0])
 
 
 @pytest.mark.slow
@@ -169,6 +199,7 @@ def test_without_state_or_targets_it_plans_what_the_gauges_allow(dataset, tmp_pa
     done = featurectl("plan", "--metrics", str(metrics), "--master", "local[1]", "--out", str(out))
     # Every default target is a level all gateways support: safe, exit 0.
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "kraft.version: 0 -> 1 (upgrade): safe now" in done.stdout
     plan = json.loads((out / "plan.json").read_text())
     assert plan["state"]["source"] == "metrics"
     assert plan["state"]["finalized"] == {"group.version": 1, "transaction.version": 1}
@@ -188,25 +219,26 @@ def spark_noise(stderr: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_local_plan_is_quiet_and_keeps_the_driver_on_loopback(dataset, tmp_path) -> None:
-    """The default master, as an operator runs it: no SPARK_LOCAL_IP (loopback must be
-    featurectl's doing) and an empty SPARK_CONF_DIR (Spark's default logging, which
-    warns here of the hostname resolving to loopback and of no native Hadoop library)."""
-    environ = app_env(tmp_path / "spark")
-    assert not [k for k in environ if k.startswith("SPARK_LOCAL")]
-    args = ["plan", "--metrics", str(dataset), "--target", "kraft.version=1"]
-
-    quiet = featurectl(*args, "--out", str(tmp_path / "quiet"), environ=environ)
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert "kraft.version: 0 -> 1 (upgrade): safe now" in quiet.stdout
+def test_a_local_plan_is_quiet_and_keeps_the_driver_on_loopback(
+    operator_plan, dataset, tmp_path
+) -> None:
+    """The operator's run logs nothing of Spark's; with --verbose, the same plan with
+    Spark's own logging and the driver's address (on loopback by featurectl's doing)."""
+    quiet, quiet_out = operator_plan
+    assert quiet.returncode == 1, quiet.stderr[-3000:]
+    assert "transaction.version: 1 -> 2 (upgrade): NOT safe yet" in quiet.stdout
     for noise in ("loopback address", "native-hadoop", "Setting default log level", "log4j"):
         assert noise not in quiet.stderr
     assert not LOG4J_LINE.search(quiet.stderr)
     # Nothing else either (a progress bar, a WARN of another layout): the JVM's notice only.
     assert spark_noise(quiet.stderr) == []
 
-    loud = featurectl(*args, "--out", str(tmp_path / "verbose"), "--verbose", environ=environ)
-    assert loud.returncode == 0, loud.stderr[-3000:]
+    environ = operator_env(tmp_path / "spark")
+    assert not [k for k in environ if k.startswith("SPARK_LOCAL")]
+    out = tmp_path / "verbose"
+    args = ["plan", "--metrics", str(dataset), "--out", str(out)]
+    loud = featurectl(*args, *TARGETS, "--verbose", environ=environ)
+    assert loud.returncode == 1, loud.stderr[-3000:]
     # Spark's own logging is back: its profile's banner, and its shell-level notice.
     assert "Using Spark's default log4j profile" in loud.stderr
     assert 'Setting default log level to "WARN"' in loud.stderr
@@ -218,11 +250,9 @@ def test_a_local_plan_is_quiet_and_keeps_the_driver_on_loopback(dataset, tmp_pat
         re.M,
     ), loud.stderr
     assert "loopback address" not in loud.stderr
-    verdicts = [
-        json.loads((tmp_path / d / "plan.json").read_text())["verdicts"]
-        for d in ("quiet", "verbose")
-    ]
-    assert verdicts[0] == verdicts[1] != []
+    plans = [json.loads((d / "plan.json").read_text()) for d in (quiet_out, out)]
+    assert plans[0]["verdicts"] != []
+    assert comparable(plans[1]) == comparable(plans[0])
 
 
 @pytest.mark.slow
@@ -254,28 +284,30 @@ def test_a_failing_job_still_says_why_without_verbose(tmp_path) -> None:
 
 def test_the_driver_stays_where_the_operator_put_it(monkeypatch) -> None:
     """Loopback only when neither SPARK_LOCAL_IP nor the driver's address is given."""
-    from featurectl.plan import job
+    from featurectl.plan import session
 
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
-    assert job.loopback_driver({}, {})
-    assert job.loopback_driver({"spark.driver.memory": "4g"}, {})
-    assert not job.loopback_driver({"spark.driver.host": "10.0.0.5"}, {})
-    assert not job.loopback_driver({}, {"spark.driver.bindAddress": "0.0.0.0"})
+    assert session.loopback_driver({}, {})
+    assert session.loopback_driver({"spark.driver.memory": "4g"}, {})
+    assert not session.loopback_driver({"spark.driver.host": "10.0.0.5"}, {})
+    assert not session.loopback_driver({}, {"spark.driver.bindAddress": "0.0.0.0"})
     monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.5")
-    assert not job.loopback_driver({}, {})
+    assert not session.loopback_driver({}, {})
 
 
 def test_quiet_logging_adds_to_the_drivers_java_options() -> None:
-    from featurectl.plan import job
+    from featurectl.plan import session
 
-    options = job.quiet_java_options(job.JIT_OPTIONS)
-    assert options.startswith(f"{job.JIT_OPTIONS} -Dlog4j2.configurationFile=file:///")
+    options = session.quiet_java_options(session.JIT_OPTIONS)
+    assert options.startswith(f"{session.JIT_OPTIONS} -Dlog4j2.configurationFile=file:///")
     profile = Path(options.rsplit("=file://", 1)[1])
-    assert profile.name == job.QUIET_LOG4J2 and "rootLogger.level = error" in profile.read_text()
-    assert job.quiet_java_options("") == options.removeprefix(f"{job.JIT_OPTIONS} ")
+    assert (
+        profile.name == session.QUIET_LOG4J2 and "rootLogger.level = error" in profile.read_text()
+    )
+    assert session.quiet_java_options("") == options.removeprefix(f"{session.JIT_OPTIONS} ")
     # An operator's own log4j configuration is theirs to keep.
     own = "-Xss4m -Dlog4j2.configurationFile=/etc/spark/log4j2.properties"
-    assert job.quiet_java_options(own) == own
+    assert session.quiet_java_options(own) == own
 
 
 @pytest.mark.parametrize(
@@ -336,10 +368,10 @@ def test_the_job_runs_under_spark_submit(dataset, tmp_path) -> None:
 
 
 def test_jvm_options_yield_to_the_clusters_spark_defaults(tmp_path, monkeypatch) -> None:
-    from featurectl.plan import job
+    from featurectl.plan import session
 
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
-    assert job.spark_defaults_keys() == set()
+    assert session.spark_defaults() == {}
     (tmp_path / "spark-defaults.conf").write_text(
         "\n".join(
             (
@@ -352,10 +384,9 @@ def test_jvm_options_yield_to_the_clusters_spark_defaults(tmp_path, monkeypatch)
             )
         )
     )
-    assert job.spark_defaults() == {
+    assert session.spark_defaults() == {
         "spark.executor.extraJavaOptions": "-XX:+UseG1GC",
         "spark.driver.memory": "4g",
         "spark.eventLog.enabled": "true",
         "spark.driver.host": "10.0.0.5",
     }
-    assert job.spark_defaults_keys() == set(job.spark_defaults())

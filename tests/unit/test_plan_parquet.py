@@ -19,9 +19,10 @@ from pyspark.sql import SparkSession
 from featurectl.plan import readers, synth
 from featurectl.plan import transforms as tx
 from featurectl.plan.columnar import SAMPLES, SORT_KEY, SampleSink
+from featurectl.plan.compute import compute_plan
 from featurectl.plan.convert import convert
-from featurectl.plan.job import PlanInputs, compute_plan
 from featurectl.plan.layout import ScrapeMeta
+from featurectl.plan.model import PlanInputs
 from gateway.features.catalogue import load_catalogue
 from tests.unit.test_plan_transforms import spark
 
@@ -45,17 +46,25 @@ def samples(spark: SparkSession, root: Path) -> tuple[list[tuple], int]:
     return rows, found.total()
 
 
-def test_collects_parquet_holds_the_samples_of_the_text_scrapes(spark, datasets) -> None:
-    text_rows, text_total = samples(spark, datasets["text"])
+@pytest.fixture(scope="module")
+def text_samples(spark: SparkSession, datasets: dict[str, Path]) -> tuple[list[tuple], int]:
+    """The text dataset's samples and count, the reference of every test here (read once)."""
+    return samples(spark, datasets["text"])
+
+
+def test_collects_parquet_holds_the_samples_of_the_text_scrapes(
+    spark, datasets, text_samples
+) -> None:
+    text_rows, text_total = text_samples
     parquet_rows, parquet_total = samples(spark, datasets["parquet"])
     assert parquet_rows == text_rows
     assert parquet_total == text_total == len(text_rows)
 
 
-def test_the_converter_round_trips_a_text_dataset(spark, datasets, tmp_path) -> None:
+def test_the_converter_round_trips_a_text_dataset(spark, datasets, text_samples, tmp_path) -> None:
     out = tmp_path / "converted"
     written = convert(spark, str(datasets["text"]), str(out))
-    text_rows, _ = samples(spark, datasets["text"])
+    text_rows, _ = text_samples
     assert written == len(text_rows)
     # Read back as Parquet only: no scrapes/ beside it.
     assert not (out / "scrapes").exists()
@@ -70,11 +79,13 @@ def test_the_converter_round_trips_a_text_dataset(spark, datasets, tmp_path) -> 
         assert keys == sorted(keys)
 
 
-def test_a_dataset_with_both_formats_reads_their_union(spark, datasets, tmp_path) -> None:
+def test_a_dataset_with_both_formats_reads_their_union(
+    spark, datasets, text_samples, tmp_path
+) -> None:
     both = tmp_path / "both"
     shutil.copytree(datasets["text"], both)
     shutil.copytree(datasets["parquet"] / SAMPLES, both / SAMPLES)
-    text_rows, _ = samples(spark, datasets["text"])
+    text_rows, _ = text_samples
     rows, total = samples(spark, both)
     assert rows == sorted(text_rows + text_rows) and total == 2 * len(text_rows)
 

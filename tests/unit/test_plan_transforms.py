@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from featurectl.plan import decide, tally
 from featurectl.plan import transforms as tx
-from featurectl.plan.job import SESSION_CONF
+from featurectl.plan.session import SESSION_CONF
 from gateway.features.catalogue import load_catalogue
 
 T0 = datetime(2025, 1, 6, tzinfo=UTC)

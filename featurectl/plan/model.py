@@ -1,0 +1,54 @@
+"""What the planner's parts hand each other: its inputs, the results collected from
+Spark, and the usage error any part may raise (no Spark, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.features.store import DEFAULT_CHROOT
+
+if TYPE_CHECKING:
+    from gateway.features.catalogue import Catalogue
+
+DEFAULT_OUT = "plan"
+
+
+class UsageError(Exception):
+    """Bad arguments; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    metrics: str
+    catalogue: Catalogue
+    targets: Mapping[str, int]
+    zookeeper: str | None = None
+    # The --catalogue file as given (None: the built-in one), for the plan's own commands.
+    catalogue_path: str | None = None
+    chroot: str = DEFAULT_CHROOT
+    out: Path = Path(DEFAULT_OUT)
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass
+class PlanData:
+    """Everything the report needs, collected to the driver (small by construction)."""
+
+    dataset: dict[str, Any]
+    state: dict[str, Any]
+    features: list[dict[str, Any]]
+    verdicts: list[dict[str, Any]]
+    blockers: list[dict[str, Any]]
+    clients: list[dict[str, Any]]
+    usage: list[dict[str, Any]]
+    connections_series: list[dict[str, Any]]
+    gated_series: list[dict[str, Any]]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+__all__ = ["DEFAULT_OUT", "PlanData", "PlanInputs", "UsageError"]
