@@ -328,8 +328,13 @@ def run(config: Config) -> int:
     stack: LocalStack | None = None
     try:
         if config.upstream is None:
-            workdir, temporary = default_workdir()
-            stack = LocalStack(workdir, temporary, broker_kind=config.embedded_broker)
+            workdir, temporary = default_workdir(config.embedded_home)
+            stack = LocalStack(
+                workdir,
+                temporary,
+                broker_kind=config.embedded_broker,
+                cache_dir=config.cache_dir,
+            )
             try:
                 stack.start()
             except EmbeddedError as exc:
@@ -338,7 +343,7 @@ def run(config: Config) -> int:
                 if temporary:
                     print(
                         f"kafka-gateway: {workdir} is removed; to keep the logs and data, "
-                        "set KAFKA_GATEWAY_HOME=DIR",
+                        "set KAFKA_GATEWAY_HOME=DIR (or embedded_home in the config file)",
                         file=sys.stderr,
                     )
                 return 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ._declare import HostPort, Seconds, between, positive, setting
+from .environment import CACHE_ENV, HOME_ENV, default_cache_dir, default_embedded_home
 
 EmbeddedBroker = Literal["tansu", "kafka"]
 UnknownApiKeys = Literal["close", "forward"]
@@ -37,6 +38,18 @@ class Upstream:
         flag="--embedded-broker",
         why='the broker the embedded default starts: "tansu" (light, starts at once) or '
         '"kafka" (Apache Kafka 4.x, KRaft, its jars fetched with Maven on first use)',
+    )
+    embedded_home: str | None = setting(
+        factory=default_embedded_home,
+        env=HOME_ENV,
+        why="where the embedded stack keeps its logs and data, kept after it stops; None: "
+        "a temporary directory, removed on exit",
+    )
+    cache_dir: str = setting(
+        factory=default_cache_dir,
+        env=CACHE_ENV,
+        why="where downloads the gateway keeps between runs live (Apache Kafka's jars, once "
+        "per version): by default kafka-gateway in the user's cache (the XDG spec)",
     )
     upstream_connect_timeout_s: Seconds = setting(
         10.0, check=positive, why="how long to wait for a broker connection"
