@@ -394,3 +394,33 @@ def _toml_value(value: Any) -> str | None:
     if isinstance(value, str):
         return f'"{value}"'
     return repr(value)
+
+
+# -- settings an operator expects in the environment ------------------------------------
+
+
+def test_embedded_home_and_cache_dir_default_to_their_variables_and_the_file_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAFKA_GATEWAY_HOME", "/srv/gateway")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/srv/cache")
+    cfg = load_config()
+    assert (cfg.embedded_home, cfg.cache_dir) == ("/srv/gateway", "/srv/cache/kafka-gateway")
+    cfg = load_config(write(tmp_path, 'embedded_home = "/data"\ncache_dir = "/jars"\n'))
+    assert (cfg.embedded_home, cfg.cache_dir) == ("/data", "/jars")
+    monkeypatch.setenv("KAFKA_GATEWAY_HOME", "")  # empty is unset: a temporary directory
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    cfg = load_config()
+    assert cfg.embedded_home is None
+    assert cfg.cache_dir == str(Path.home() / ".cache" / "kafka-gateway")
+
+
+def test_the_stack_and_the_jar_cache_use_the_configured_folders(tmp_path: Path) -> None:
+    from gateway.server.apache_kafka import jars_dir
+    from gateway.server.embedded import default_workdir
+
+    assert default_workdir(str(tmp_path)) == (tmp_path, False)
+    scratch, temporary = default_workdir(None)
+    assert temporary and scratch.is_dir()
+    scratch.rmdir()
+    assert jars_dir("4.4.0", str(tmp_path)) == tmp_path / "apache-kafka-4.4.0"

@@ -39,6 +39,15 @@ def test_each_row_gives_the_toml_table_its_key_is_declared_in() -> None:
         assert form == toml_form(SETTINGS[key]), key
 
 
+def test_a_key_read_from_the_environment_by_default_says_which_variable() -> None:
+    rows = {
+        m.group(1): reference()[m.start() :].partition("\n")[0] for m in ROW.finditer(reference())
+    }
+    for key, declared in SETTINGS.items():
+        if declared.setting.env is not None:
+            assert f"`${declared.setting.env}" in rows[key], key
+
+
 def test_each_key_is_documented_under_its_concept() -> None:
     # "### Listeners and addresses" holds the keys gateway.config.addresses declares.
     for part in reference().split("\n### ")[1:]:
