@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .commands import exit_on_closed_stdout, pasteable, shell_command, version_text
-from .config import Config, ConfigError, HostPort, load_config
+from .config import SETTINGS, Config, ConfigError, HostPort, load_config
 from .observability.logging import RateLimitedLogger, configure_logging, get_logger
 
 if TYPE_CHECKING:  # imported when run: --help stays quick
@@ -206,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def flag_dest(flag: str) -> str:
+    """The attribute argparse stores ``flag`` under."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
 def _node_table(flag: str, values: list[str] | None) -> dict[str, str] | None:
     """Repeated NODE=HOST:PORT flags as the config file's table (validated there)."""
     if values is None:
@@ -219,7 +224,7 @@ def _node_table(flag: str, values: list[str] | None) -> dict[str, str] | None:
     return table
 
 
-# -- connection limits (issue 13): Kafka's names; defaults in gateway/config.py ------------
+# Connection limits: Kafka's names; defaults and checks in gateway/config/limits.py.
 _LIMIT_FLAGS = {
     "connections_max_idle_ms": "close connections idle this long [600000, like Kafka]",
     "max_connections": "close new connections over this total [unlimited, like Kafka]",
@@ -257,38 +262,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
     except BrokenPipeError as error:
         return exit_on_closed_stdout(error)
+    # Every key declared with a flag; argparse's None is "not given" (the file's or the
+    # default value stands).
     overrides = {
-        "listen": args.listen,
-        "upstream": args.upstream,
-        "advertised_host": args.advertised_host,
-        "mode": args.mode,
-        "zookeeper": args.zookeeper,
-        "zookeeper_chroot": args.zookeeper_chroot,
-        "gateway_id": args.gateway_id,
-        "features_catalogue": args.features_catalogue,
-        "metrics_listen": args.metrics_listen,
-        "max_frame_bytes": args.max_frame_bytes,
-        "log_format": args.log_format,
-        "log_level": args.log_level,
-        "tls_cert": args.tls_cert,
-        "tls_key": args.tls_key,
-        "tls_ca": args.tls_ca,
-        "tls_client_auth": args.tls_client_auth,
-        "upstream_tls": args.upstream_tls,
-        "upstream_tls_ca": args.upstream_tls_ca,
-        "upstream_tls_cert": args.upstream_tls_cert,
-        "upstream_tls_key": args.upstream_tls_key,
-        "upstream_tls_server_hostname": args.upstream_tls_server_hostname,
-        "upstream_tls_check_hostname": args.upstream_tls_check_hostname,
-        "advertised_port": args.advertised_port,
-        "sni_broker_host": args.sni_broker_host,
-        "sni_bootstrap_host": args.sni_bootstrap_host,
-        "unknown_api_keys": args.unknown_api_keys,
-        "embedded_broker": args.embedded_broker,
-        "workers": args.workers,
-        "upgrade_socket": args.upgrade_socket,
-        **{key: getattr(args, key) for key in _LIMIT_FLAGS},
-        "max_connections_per_ip_overrides": args.max_connections_per_ip_overrides,
+        key: getattr(args, flag_dest(declared.setting.flag))
+        for key, declared in SETTINGS.items()
+        if declared.setting.flag is not None
     }
     try:
         overrides["advertised_brokers"] = _node_table("--advertise-broker", args.advertise_broker)
@@ -349,8 +328,13 @@ def run(config: Config) -> int:
     stack: LocalStack | None = None
     try:
         if config.upstream is None:
-            workdir, temporary = default_workdir()
-            stack = LocalStack(workdir, temporary, broker_kind=config.embedded_broker)
+            workdir, temporary = default_workdir(config.embedded_home)
+            stack = LocalStack(
+                workdir,
+                temporary,
+                broker_kind=config.embedded_broker,
+                cache_dir=config.cache_dir,
+            )
             try:
                 stack.start()
             except EmbeddedError as exc:
@@ -359,7 +343,7 @@ def run(config: Config) -> int:
                 if temporary:
                     print(
                         f"kafka-gateway: {workdir} is removed; to keep the logs and data, "
-                        "set KAFKA_GATEWAY_HOME=DIR",
+                        "set KAFKA_GATEWAY_HOME=DIR (or embedded_home in the config file)",
                         file=sys.stderr,
                     )
                 return 1

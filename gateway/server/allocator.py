@@ -24,7 +24,8 @@ import os
 # From glibc's <malloc.h>.
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 * 1024
-# glibc reads this variable at process start; one set by the operator wins.
+# glibc's own tunable, read by glibc at process start: not a gateway setting, so not a
+# Config key. Looking at it here only respects it (an operator's value wins over the pin).
 _ENVIRONMENT = "MALLOC_MMAP_THRESHOLD_"
 
 _pinned = False

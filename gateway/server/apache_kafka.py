@@ -17,9 +17,9 @@ topics get one partition and one replica: a one-node broker then serves its firs
 consumer group or transaction in well under a second instead of creating 50 partitions.
 
 The jars come from Maven Central (``gateway/data/apache-kafka-pom.xml``) into
-``$XDG_CACHE_HOME/kafka-gateway/apache-kafka-<version>`` (``~/.cache`` by default), once
-per version; a file lock keeps parallel fetches (pytest workers, two shells) from
-racing.
+``<cache_dir>/apache-kafka-<version>`` (the ``cache_dir`` setting: by default
+``$XDG_CACHE_HOME/kafka-gateway``, ``~/.cache`` without it), once per version; a file
+lock keeps parallel fetches (pytest workers, two shells) from racing.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
-import os
 import shutil
 import subprocess
 import uuid
@@ -35,6 +34,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+from ..config.environment import default_cache_dir
 
 #: The newest Apache Kafka the project's machines resolve, and the last ZooKeeper-mode line.
 KRAFT_VERSION = "4.4.0"
@@ -56,13 +57,14 @@ def is_zookeeper_mode(version: str) -> bool:
     return int(version.split(".", 1)[0]) < 4
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kafka-gateway"
+def cache_root(cache_dir: str | None = None) -> Path:
+    """The gateway's cache: ``cache_dir`` (the running gateway's setting), else the
+    setting's default, for callers without a Config (the Kafka tools, the harness)."""
+    return Path(cache_dir or default_cache_dir())
 
 
-def jars_dir(version: str) -> Path:
-    return cache_root() / f"apache-kafka-{version}"
+def jars_dir(version: str, cache_dir: str | None = None) -> Path:
+    return cache_root(cache_dir) / f"apache-kafka-{version}"
 
 
 @contextlib.contextmanager
@@ -78,15 +80,15 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def is_fetched(version: str = KRAFT_VERSION) -> bool:
+def is_fetched(version: str = KRAFT_VERSION, cache_dir: str | None = None) -> bool:
     """Whether ``fetch(version)`` would return at once (the jars are in the cache)."""
-    return (jars_dir(version) / _STAMP).exists()
+    return (jars_dir(version, cache_dir) / _STAMP).exists()
 
 
-def fetch(version: str = KRAFT_VERSION) -> Path:
+def fetch(version: str = KRAFT_VERSION, cache_dir: str | None = None) -> Path:
     """The folder holding Apache Kafka ``version``'s jars; fetched with Maven on first use."""
-    target = jars_dir(version)
-    if is_fetched(version):
+    target = jars_dir(version, cache_dir)
+    if is_fetched(version, cache_dir):
         return target
     with file_lock(target.with_suffix(".lock")):
         if (target / _STAMP).exists():
@@ -120,8 +122,8 @@ def maven(what: str, *args: str) -> None:
         )
 
 
-def classpath(version: str = KRAFT_VERSION) -> str:
-    return f"{fetch(version)}/*"
+def classpath(version: str = KRAFT_VERSION, cache_dir: str | None = None) -> str:
+    return f"{fetch(version, cache_dir)}/*"
 
 
 def java() -> str:
@@ -149,6 +151,7 @@ class KafkaNode:
     node_id: int = 1
     properties: Mapping[str, str] = field(default_factory=dict)
     jvm_options: tuple[str, ...] = LIGHT_JVM_OPTIONS
+    cache_dir: str | None = None  # where the jars are kept; None: cache_root's default
 
     @property
     def zookeeper_mode(self) -> bool:
@@ -216,7 +219,8 @@ class KafkaNode:
             return
         cluster_id = cluster_id or _kafka_uuid()
         argv = [
-            java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath(self.version),
+            java(), "-Xmx256m", "-XX:TieredStopAtLevel=1",
+            "-cp", classpath(self.version, self.cache_dir),
             "kafka.tools.StorageTool", "format", "-t", cluster_id,
             "-c", str(self.properties_path), "--ignore-formatted",
         ]  # fmt: skip
@@ -228,7 +232,7 @@ class KafkaNode:
 
     def prepare(self) -> None:
         """Fetch the jars, write server.properties and format storage: ready to ``command()``."""
-        fetch(self.version)
+        fetch(self.version, self.cache_dir)
         self.write_properties()
         self.format_storage()
 
@@ -245,7 +249,7 @@ class KafkaNode:
             "-Dorg.slf4j.simpleLogger.log.kafka.server.KafkaServer=info",
             "-Dorg.slf4j.simpleLogger.log.kafka.server.BrokerServer=info",
             "-cp",
-            classpath(self.version),
+            classpath(self.version, self.cache_dir),
             "kafka.Kafka",
             str(self.properties_path),
         ]

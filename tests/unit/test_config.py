@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Config, ConfigError, HostPort, load_config, parse_host_port
+from gateway.config import SETTINGS, Config, ConfigError, HostPort, load_config, parse_host_port
 from gateway.protocol import DEFAULT_MAX_FRAME_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -330,3 +330,97 @@ def test_listen_may_be_just_a_port() -> None:
 def test_host_port_prints_in_a_form_it_parses_back(address: HostPort) -> None:
     assert parse_host_port("k", str(address)) == address
     assert str(HostPort("::1", 9092)) == "[::1]:9092"
+
+
+# -- the declarations ----------------------------------------------------------------------
+
+
+def test_every_flag_sets_the_key_that_declares_it_and_every_key_flag_is_declared() -> None:
+    from gateway.cli import build_parser, flag_dest
+
+    parser = build_parser()
+    options = {
+        option: action.dest
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and not option.startswith("--no-")
+    }
+    declared = {d.setting.flag: key for key, d in SETTINGS.items() if d.setting.flag}
+    assert set(options) - set(declared) == {"--config", "--help", "--version"}
+    for flag, key in declared.items():
+        assert options[flag] == flag_dest(flag), (flag, key)
+
+
+def test_every_key_is_declared_with_a_reason_and_a_toml_place_of_its_own() -> None:
+    places = [d.toml for d in SETTINGS.values()]
+    assert len(places) == len(set(places))
+    for key, declared in SETTINGS.items():
+        assert declared.setting.why.strip(), key
+        table = declared.setting.table
+        # At the top level the key is its own name; in a table, the name there less the
+        # table's (tls_cert is [tls] cert), or "enabled" for the key named like the table.
+        assert (
+            table is None
+            or key in (table, f"{table}_{declared.setting.name}")
+            or (table in ("sidecar", "cluster") and key == declared.setting.name)
+        ), key
+
+
+@pytest.mark.parametrize("key", sorted(SETTINGS))
+def test_every_key_is_read_from_its_toml_place(tmp_path: Path, key: str) -> None:
+    # Written where the declaration says, a value lands on that key: its default comes
+    # back, and where the default has no TOML spelling (None, {}), a value of no key's
+    # type (a float) is refused naming the key.
+    default = getattr(Config(), key)
+    table, name = SETTINGS[key].setting.table, SETTINGS[key].setting.name
+    value = _toml_value(default)
+    line = f"{key if table is None else name} = {value or 1.5}\n"
+    path = write(tmp_path, line if table is None else f"[{table}]\n{line}")
+    if value is None:
+        assert error_key(path) == key
+    else:
+        assert getattr(load_config(path), key) == default
+
+
+def _toml_value(value: Any) -> str | None:
+    if value is None or value == {}:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, HostPort):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
+# -- settings an operator expects in the environment ------------------------------------
+
+
+def test_embedded_home_and_cache_dir_default_to_their_variables_and_the_file_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAFKA_GATEWAY_HOME", "/srv/gateway")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/srv/cache")
+    cfg = load_config()
+    assert (cfg.embedded_home, cfg.cache_dir) == ("/srv/gateway", "/srv/cache/kafka-gateway")
+    cfg = load_config(write(tmp_path, 'embedded_home = "/data"\ncache_dir = "/jars"\n'))
+    assert (cfg.embedded_home, cfg.cache_dir) == ("/data", "/jars")
+    monkeypatch.setenv("KAFKA_GATEWAY_HOME", "")  # empty is unset: a temporary directory
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    cfg = load_config()
+    assert cfg.embedded_home is None
+    assert cfg.cache_dir == str(Path.home() / ".cache" / "kafka-gateway")
+
+
+def test_the_stack_and_the_jar_cache_use_the_configured_folders(tmp_path: Path) -> None:
+    from gateway.server.apache_kafka import jars_dir
+    from gateway.server.embedded import default_workdir
+
+    assert default_workdir(str(tmp_path)) == (tmp_path, False)
+    scratch, temporary = default_workdir(None)
+    assert temporary and scratch.is_dir()
+    scratch.rmdir()
+    assert jars_dir("4.4.0", str(tmp_path)) == tmp_path / "apache-kafka-4.4.0"

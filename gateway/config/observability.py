@@ -1,0 +1,78 @@
+"""Logs, metrics and health: what the gateway tells its operator.
+
+The top level and [log] of the TOML file.
+"""
+
+# setting() is a dataclasses.field with metadata; ruff only knows field() itself as one.
+# ruff: noqa: RUF009
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ._declare import ConfigError, Fraction, HostPort, Seconds, at_least, positive, setting
+
+LogFormat = Literal["auto", "json", "console"]
+
+
+def _level(key: str, value: str) -> None:
+    # Any case: the flag's choices are lower case, a file may say "DEBUG".
+    if value.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(key, f"must be debug, info, warning or error, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Observability:
+    """Logs, metrics and health."""
+
+    __slots__ = ()
+
+    log_format: LogFormat = setting(
+        "auto",
+        table="log",
+        name="format",
+        flag="--log-format",
+        why="auto: console on a TTY, JSON otherwise",
+    )
+    log_level: str = setting(
+        "info", table="log", name="level", flag="--log-level", check=_level, why="log level"
+    )
+    log_requests: Fraction = setting(
+        0.0,
+        table="log",
+        name="requests",
+        why="the fraction of requests logged when answered (0: off, 1: all)",
+    )
+    log_request_level: str = setting(
+        "info",
+        table="log",
+        name="request_level",
+        check=_level,
+        why="the level of request-log lines",
+    )
+    log_bad_input_burst: int = setting(
+        10,
+        table="log",
+        name="bad_input_burst",
+        check=at_least(1),
+        why="lines about bad input: at most this many per event and interval",
+    )
+    log_bad_input_interval_s: Seconds = setting(
+        10.0,
+        table="log",
+        name="bad_input_interval_s",
+        check=positive,
+        why='that interval; the next line after one with more says how many were "suppressed"',
+    )
+    metrics_listen: HostPort | None = setting(
+        None,
+        flag="--metrics-listen",
+        why="serve /metrics (Prometheus), /healthz, /readyz and /connections here",
+    )
+    readiness_upstream_check_ms: int = setting(
+        5000,
+        check=at_least(0),
+        why="/readyz answers 503 while the upstream does not answer ApiVersions, checked "
+        "this often (gateway.server.upstream_watch); 0: the listeners only, as Kafka's own",
+    )

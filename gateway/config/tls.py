@@ -1,0 +1,111 @@
+"""TLS towards clients ([tls]) and towards the broker ([upstream_tls]).
+
+Whether the files load, and whether they fit together, is checked in ``_validate``.
+"""
+
+# setting() is a dataclasses.field with metadata; ruff only knows field() itself as one.
+# ruff: noqa: RUF009
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..principal import PrincipalRuleError, parse_rules
+from ._declare import ConfigError, setting
+
+ClientAuth = Literal["none", "requested", "required"]
+
+
+def _rules(key: str, value: str) -> None:
+    try:
+        parse_rules(value)
+    except PrincipalRuleError as exc:
+        raise ConfigError("tls.principal_mapping_rules", str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Tls:
+    """TLS."""
+
+    __slots__ = ()
+
+    tls_cert: str | None = setting(
+        None,
+        table="tls",
+        name="cert",
+        flag="--tls-cert",
+        why="the PEM certificate chain clients see; set, TLS towards clients is on",
+    )
+    tls_key: str | None = setting(
+        None,
+        table="tls",
+        name="key",
+        flag="--tls-key",
+        why="its unencrypted PEM private key; None: in the tls_cert file",
+    )
+    tls_ca: str | None = setting(
+        None,
+        table="tls",
+        name="ca",
+        flag="--tls-ca",
+        why="the CA that signs client certificates (needs tls_client_auth)",
+    )
+    tls_client_auth: ClientAuth = setting(
+        "none",
+        table="tls",
+        name="client_auth",
+        flag="--tls-client-auth",
+        why='"requested": verify a certificate when the client sends one; "required": '
+        "refuse clients without one; both need tls_ca",
+    )
+    tls_principal_mapping_rules: str = setting(
+        "DEFAULT",
+        table="tls",
+        name="principal_mapping_rules",
+        check=_rules,
+        why="Kafka's ssl.principal.mapping.rules: how a client certificate's subject "
+        'becomes the connection\'s principal ("User:" + the result)',
+    )
+    upstream_tls: bool = setting(
+        False,
+        table="upstream_tls",
+        name="enabled",
+        flag="--upstream-tls",
+        why="TLS towards the broker",
+    )
+    upstream_tls_ca: str | None = setting(
+        None,
+        table="upstream_tls",
+        name="ca",
+        flag="--upstream-tls-ca",
+        why="the CA that signs the broker's certificate; None: the system's trusted CAs",
+    )
+    upstream_tls_cert: str | None = setting(
+        None,
+        table="upstream_tls",
+        name="cert",
+        flag="--upstream-tls-cert",
+        why="a client certificate for the broker (mutual TLS)",
+    )
+    upstream_tls_key: str | None = setting(
+        None,
+        table="upstream_tls",
+        name="key",
+        flag="--upstream-tls-key",
+        why="its private key; None: in the upstream_tls_cert file",
+    )
+    upstream_tls_server_hostname: str | None = setting(
+        None,
+        table="upstream_tls",
+        name="server_hostname",
+        flag="--upstream-tls-server-hostname",
+        why="sent as SNI, and the name the broker's certificate must hold; None: the upstream host",
+    )
+    upstream_tls_check_hostname: bool = setting(
+        True,
+        table="upstream_tls",
+        name="check_hostname",
+        flag="--upstream-tls-check-hostname",
+        why="compare the broker certificate's name (the chain is always verified)",
+    )
