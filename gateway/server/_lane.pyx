@@ -25,10 +25,14 @@ from gateway.protocol._tables cimport Counts, PlainTable
 
 COMPILED = True
 
-# The most one socket read takes (see gateway/server/proxy.py, READ_BYTES).
-READ_BYTES = 120_000
+cdef enum:
+    # The most one socket read takes (see gateway/server/proxy.py, READ_BYTES); a C
+    # constant, as each read compares its size with it.
+    _READ_BYTES = 120_000
+
+READ_BYTES = _READ_BYTES
 # One receive buffer for every connection of the process (see proxy.py, _RECV).
-cdef bytearray _recv_array = bytearray(READ_BYTES)
+cdef bytearray _recv_array = bytearray(_READ_BYTES)
 RECV = memoryview(_recv_array)
 cdef char* _recv = _recv_array  # never resized: the pointer stays valid
 
@@ -59,7 +63,7 @@ cdef class Reads:
         return RECV
 
     def buffer_updated(self, Py_ssize_t nbytes):
-        if nbytes == READ_BYTES:
+        if nbytes == _READ_BYTES:
             self.read_filled_client()
         data = PyBytes_FromStringAndSize(_recv, nbytes)
         cdef Py_ssize_t taken = 0
@@ -130,11 +134,13 @@ cdef class Reads:
         """Charge the budget after a read the scanner took whole: the readers hold the
         partial frames they held at the last full count (the side that was read holds
         none, before and after), so only the transports' buffers are asked again."""
-        cdef int64_t now = self.partial
+        cdef int64_t now = self.partial, held
         if self.client is not None:
-            now += self.client.get_write_buffer_size()
+            held = self.client.get_write_buffer_size()  # typed: no int object for the sum
+            now += held
         if self.upstream is not None:
-            now += self.upstream.get_write_buffer_size()
+            held = self.upstream.get_write_buffer_size()
+            now += held
         if now != self.charged:
             self.limits.charge(self, self.charged, now)
             self.charged = now
@@ -155,7 +161,7 @@ cdef class UpstreamReads:
         return RECV
 
     def buffer_updated(self, Py_ssize_t nbytes):
-        if nbytes == READ_BYTES:
+        if nbytes == _READ_BYTES:
             self.pair.read_filled_upstream()
         if self._lane is not None:
             self._lane.upstream_read(nbytes)
