@@ -140,10 +140,11 @@ cdef class PlainTable:
         head = self.heads.get((key, version))
         if head is None:
             return None
-        book = head[2]
-        if book is not self.book or book.generation != head[3]:
+        cdef tuple fields = <tuple>head  # a LastHead: its fields without a sequence call
+        book = fields[2]
+        if book is not self.book or book.generation != fields[3]:
             return None
-        original = <bytes>head[0]
+        original = <bytes>fields[0]
         cdef Py_ssize_t length = PyBytes_GET_SIZE(original)
         if size - 8 < length or memcmp(frame + 8, PyBytes_AS_STRING(original), length):
             return None

@@ -18,12 +18,18 @@ own reads never change it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t
 
 from gateway.protocol._scan cimport match_responses, scan_requests
 from gateway.protocol._tables cimport Counts, PlainTable
 
 COMPILED = True
+
+
+cdef extern from "Python.h":
+    # With NULL for the items: deletes the slice (cpython.list declares it with object).
+    int PyList_SetSlice(list items, Py_ssize_t low, Py_ssize_t high, PyObject* new) except -1
 
 cdef enum:
     # The most one socket read takes (see gateway/server/proxy.py, READ_BYTES); a C
@@ -108,7 +114,7 @@ cdef class Reads:
             )
             if pieces:  # a head was replaced: what was taken goes out in pieces
                 client.writelines(pieces)
-                del pieces[:]
+                PyList_SetSlice(pieces, 0, len(pieces), NULL)  # del makes a slice object
             elif taken == nbytes:
                 client.write(data)
             elif taken:
