@@ -48,6 +48,8 @@ cdef class PlainTable:
     # and the gateway's AddressBook: a head holds for the book it was rewritten for.
     cdef readonly dict heads
     cdef readonly object book
+    # The (key, version) last looked up in ``heads``, kept: no tuple made per answer.
+    cdef tuple _head_key
 
     cdef bint _forwarded(self, int key, int version) noexcept
     cdef bint _headed(self, int key, int version) noexcept

@@ -137,7 +137,10 @@ cdef class PlainTable:
         """The head last rewritten for (key, version) if ``frame`` (``size`` bytes)
         starts with it after its correlation id and it holds for the book now; else
         None."""
-        head = self.heads.get((key, version))
+        cdef tuple pair = self._head_key
+        if pair is None or pair[0] != key or pair[1] != version:
+            pair = self._head_key = (key, version)
+        head = self.heads.get(pair)
         if head is None:
             return None
         cdef tuple fields = <tuple>head  # a LastHead: its fields without a sequence call
