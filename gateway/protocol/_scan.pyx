@@ -32,13 +32,27 @@ One in-flight table: the entries the scanner adds are the readers' own
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 
 from ._cwire cimport read_int16, read_int32, read_length, skip_blob, skip_tags
-from ._tables cimport Counts, InFlightRequest, PlainTable, keep_walk, now as clock
+from ._tables cimport (
+    Counts,
+    InFlightRequest,
+    PlainTable,
+    count_request,
+    count_response,
+    keep_walk,
+    now as clock,
+)
 
 COMPILED = True
+
+
+cdef extern from "Python.h":
+    # With NULL for the items: deletes the slice (cpython.list declares it with object).
+    int PyList_SetSlice(list entries, Py_ssize_t low, Py_ssize_t high, PyObject* items) except -1
 
 cdef enum:
     # The kinds of a walk program's steps (gateway.protocol._walk.tail_program).
@@ -202,7 +216,7 @@ cpdef Py_ssize_t scan_requests(
         entry.request_bytes = stop - pos
         entry.to_upstream = entry.expects_response = True
         entries.append(entry)
-        counts._request(key, version)
+        count_request(counts, key, version)
         pos = stop
     return pos - start
 
@@ -262,13 +276,15 @@ cpdef Py_ssize_t match_responses(
             else:
                 break
         entry.response_bytes = stop - pos
-        counts._response(key, version, now - entry.started)
+        count_response(counts, key, version, now - entry.started)
         answered += 1
         if done is not None:
             done.append(entry)
         pos = stop
     if answered:
-        del entries[:answered]  # one move of the rest, however many were answered
+        # One move of the rest, however many were answered; the C call, as ``del
+        # entries[:answered]`` makes a slice object each read.
+        PyList_SetSlice(entries, 0, answered, NULL)
     if written > start and pos > written:
         pieces.append(PyBytes_FromStringAndSize(<const char*>p + written, pos - written))
     return pos - start

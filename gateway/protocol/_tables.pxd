@@ -3,6 +3,8 @@
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
 
+cimport cython
+
 cdef enum:
     # The keys a PlainTable covers; requests of other keys are left to the reader.
     KEYS = 128
@@ -11,6 +13,16 @@ cdef enum:
     SASL_HANDSHAKE = 17
     # Latency buckets as gateway.protocol._stats.LATENCY_BUCKETS (the tests compare).
     BUCKETS = 14
+
+cdef extern from *:
+    # The latency buckets' upper bounds (LATENCY_BUCKETS is made from them), in C so the
+    # scanner counts a response inline.
+    """
+    static const double gateway_latency_bounds[14] = {
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
+    };
+    """
+    const double LATENCY_BOUNDS "gateway_latency_bounds"[BUCKETS]
 
 
 cdef double now() noexcept nogil
@@ -36,6 +48,8 @@ cdef class PlainTable:
     # and the gateway's AddressBook: a head holds for the book it was rewritten for.
     cdef readonly dict heads
     cdef readonly object book
+    # The (key, version) last looked up in ``heads``, kept: no tuple made per answer.
+    cdef tuple _head_key
 
     cdef bint _forwarded(self, int key, int version) noexcept
     cdef bint _headed(self, int key, int version) noexcept
@@ -52,12 +66,42 @@ cdef struct Count:
     int64_t buckets[BUCKETS + 1]
 
 
+@cython.final
 cdef class Counts:
     cdef Count* _slots
     cdef int _used
+    # The slot counted last: a connection's next request is most often of the same pair.
+    cdef int _last
     # Requests taken, ever (the connection registry's count).
     cdef readonly int64_t frames
 
     cdef Count* _slot(self, int key, int version) except NULL
     cdef int _request(self, int key, int version) except -1
     cdef int _response(self, int key, int version, double elapsed) except -1
+
+
+# What the scanner counts per frame, inline in it: the slot counted last needs no call.
+cdef inline int count_request(Counts counts, int key, int version) except -1:
+    cdef Count* slot
+    if counts._last < counts._used:
+        slot = &counts._slots[counts._last]
+        if slot.key == key and slot.version == version:
+            slot.requests += 1
+            counts.frames += 1
+            return 0
+    return counts._request(key, version)
+
+
+cdef inline int count_response(Counts counts, int key, int version, double elapsed) except -1:
+    cdef Count* slot
+    cdef int i = 0
+    if counts._last < counts._used:
+        slot = &counts._slots[counts._last]
+        if slot.key == key and slot.version == version:
+            slot.responses += 1
+            slot.latency += elapsed
+            while i < BUCKETS and LATENCY_BOUNDS[i] < elapsed:  # bisect_left, as ApiStats
+                i += 1
+            slot.buckets[i] += 1
+            return 0
+    return counts._response(key, version, elapsed)

@@ -13,10 +13,7 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 cimport cython
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-cdef double _bounds[BUCKETS]
-for _i, _bound in enumerate(LATENCY_BUCKETS):
-    _bounds[_i] = _bound
+LATENCY_BUCKETS = tuple(LATENCY_BOUNDS[i] for i in range(BUCKETS))
 
 
 cdef double now() noexcept nogil:
@@ -140,19 +137,24 @@ cdef class PlainTable:
         """The head last rewritten for (key, version) if ``frame`` (``size`` bytes)
         starts with it after its correlation id and it holds for the book now; else
         None."""
-        head = self.heads.get((key, version))
+        cdef tuple pair = self._head_key
+        if pair is None or pair[0] != key or pair[1] != version:
+            pair = self._head_key = (key, version)
+        head = self.heads.get(pair)
         if head is None:
             return None
-        book = head[2]
-        if book is not self.book or book.generation != head[3]:
+        cdef tuple fields = <tuple>head  # a LastHead: its fields without a sequence call
+        book = fields[2]
+        if book is not self.book or book.generation != fields[3]:
             return None
-        original = <bytes>head[0]
+        original = <bytes>fields[0]
         cdef Py_ssize_t length = PyBytes_GET_SIZE(original)
         if size - 8 < length or memcmp(frame + 8, PyBytes_AS_STRING(original), length):
             return None
         return head
 
 
+@cython.final
 cdef class Counts:
     """What the scanner counted since the last ``fold`` into an ``ApiStats``: requests
     and responses by (key, version), latencies in ``LATENCY_BUCKETS``. Grown one pair
@@ -167,12 +169,14 @@ cdef class Counts:
         cdef int i
         for i in range(self._used):
             if self._slots[i].key == key and self._slots[i].version == version:
+                self._last = i
                 return &self._slots[i]
         slots = <Count*>realloc(self._slots, (self._used + 1) * sizeof(Count))
         if slots == NULL:
             raise MemoryError()
         self._slots = slots
         slot = &slots[self._used]
+        self._last = self._used
         self._used += 1
         slot.key, slot.version = key, version
         slot.requests = slot.responses = 0
@@ -191,7 +195,7 @@ cdef class Counts:
         cdef int i = 0
         slot.responses += 1
         slot.latency += elapsed
-        while i < BUCKETS and _bounds[i] < elapsed:  # bisect_left, as ApiStats
+        while i < BUCKETS and LATENCY_BOUNDS[i] < elapsed:  # bisect_left, as ApiStats
             i += 1
         slot.buckets[i] += 1
         return 0

@@ -18,6 +18,7 @@ own reads never change it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t
 
 from gateway.protocol._scan cimport match_responses, scan_requests
@@ -25,10 +26,19 @@ from gateway.protocol._tables cimport Counts, PlainTable
 
 COMPILED = True
 
-# The most one socket read takes (see gateway/server/proxy.py, READ_BYTES).
-READ_BYTES = 120_000
+
+cdef extern from "Python.h":
+    # With NULL for the items: deletes the slice (cpython.list declares it with object).
+    int PyList_SetSlice(list items, Py_ssize_t low, Py_ssize_t high, PyObject* new) except -1
+
+cdef enum:
+    # The most one socket read takes (see gateway/server/proxy.py, READ_BYTES); a C
+    # constant, as each read compares its size with it.
+    _READ_BYTES = 120_000
+
+READ_BYTES = _READ_BYTES
 # One receive buffer for every connection of the process (see proxy.py, _RECV).
-cdef bytearray _recv_array = bytearray(READ_BYTES)
+cdef bytearray _recv_array = bytearray(_READ_BYTES)
 RECV = memoryview(_recv_array)
 cdef char* _recv = _recv_array  # never resized: the pointer stays valid
 
@@ -59,7 +69,7 @@ cdef class Reads:
         return RECV
 
     def buffer_updated(self, Py_ssize_t nbytes):
-        if nbytes == READ_BYTES:
+        if nbytes == _READ_BYTES:
             self.read_filled_client()
         data = PyBytes_FromStringAndSize(_recv, nbytes)
         cdef Py_ssize_t taken = 0
@@ -104,7 +114,7 @@ cdef class Reads:
             )
             if pieces:  # a head was replaced: what was taken goes out in pieces
                 client.writelines(pieces)
-                del pieces[:]
+                PyList_SetSlice(pieces, 0, len(pieces), NULL)  # del makes a slice object
             elif taken == nbytes:
                 client.write(data)
             elif taken:
@@ -130,11 +140,13 @@ cdef class Reads:
         """Charge the budget after a read the scanner took whole: the readers hold the
         partial frames they held at the last full count (the side that was read holds
         none, before and after), so only the transports' buffers are asked again."""
-        cdef int64_t now = self.partial
+        cdef int64_t now = self.partial, held
         if self.client is not None:
-            now += self.client.get_write_buffer_size()
+            held = self.client.get_write_buffer_size()  # typed: no int object for the sum
+            now += held
         if self.upstream is not None:
-            now += self.upstream.get_write_buffer_size()
+            held = self.upstream.get_write_buffer_size()
+            now += held
         if now != self.charged:
             self.limits.charge(self, self.charged, now)
             self.charged = now
@@ -155,7 +167,7 @@ cdef class UpstreamReads:
         return RECV
 
     def buffer_updated(self, Py_ssize_t nbytes):
-        if nbytes == READ_BYTES:
+        if nbytes == _READ_BYTES:
             self.pair.read_filled_upstream()
         if self._lane is not None:
             self._lane.upstream_read(nbytes)
