@@ -11,12 +11,14 @@ names a ``Protocol`` of its own, or both take the types from a third module. Imp
 inside functions count as well: deferring an import hides a circle from the
 interpreter, not from the reader. ``importlib.import_module("...")`` and
 ``__import__("...")`` with a literal name count too. One graph spans both packages, so
-a circle through both would show.
+a circle through both would show. The compiled modules (``.pyx``, ``.pxd``) are in it as well,
+with their ``import`` and ``cimport`` lines read as text (Cython is not Python's grammar).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGES = ("gateway", "featurectl")
@@ -44,23 +46,47 @@ def imported_by_call(node: ast.AST) -> str | None:
     return None
 
 
+# A Cython module's imports: ``from a.b cimport x``, ``from .a import x``, ``import a.b``.
+CYTHON_IMPORT = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+c?import\b|c?import\s+([\w.]+))", re.M)
+
+
+def resolve(package: str, level: int, module: str | None) -> str:
+    """The absolute name of ``from <level dots><module> import``, seen from ``package``."""
+    if not level:
+        return module or ""
+    base_parts = package.split(".")
+    base = ".".join(base_parts[: len(base_parts) - level + 1])
+    return f"{base}.{module}" if module else base
+
+
 def import_graph(*roots: Path) -> dict[str, set[str]]:
     """module → modules of the packages it imports (``from . import x`` names module x)."""
-    modules = {module_name(p, root): p for root in roots for p in root.rglob("*.py")}
+    modules: dict[str, Path] = {}
+    for root in roots:
+        for pattern in ("*.py", "*.pyx", "*.pxd"):  # a .pxd alone: C declarations only
+            for p in root.rglob(pattern):
+                modules.setdefault(module_name(p, root), p)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        if path.suffix in (".pyx", ".pxd"):
+            sources = (path.with_suffix(".pyx"), path.with_suffix(".pxd"))
+            text = "\n".join(p.read_text() for p in sources if p.exists())
+            for match in CYTHON_IMPORT.finditer(text):
+                dotted = match.group(1) or match.group(2)
+                level = len(dotted) - len(dotted.lstrip("."))
+                target = resolve(package, level, dotted.lstrip(".") or None)
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base_parts = package.split(".")
-                    base = ".".join(base_parts[: len(base_parts) - node.level + 1])
-                    target = f"{base}.{node.module}" if node.module else base
-                else:
-                    target = node.module or ""
+                target = resolve(package, node.level, node.module)
                 # ``from pkg import sub``: the edge goes to the submodule; to the
                 # package itself only for names that are not submodules.
                 subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
@@ -126,6 +152,8 @@ def test_the_packages_have_no_import_circles() -> None:
     graph = import_graph(*(REPO / package for package in PACKAGES))
     # The graph really holds both packages (a wrong root would find no circle either).
     assert "featurectl.plan.job" in graph and "gateway.server.proxy" in graph
+    # ... and the compiled modules, with their cimports.
+    assert "gateway.protocol._tables" in graph["gateway.protocol._scan"]
     circles = [c for c in strongly_connected(graph) if len(c) > 1]
     assert circles == [], f"import circles: {circles}"
 

@@ -3,7 +3,9 @@
 Where a running gateway uses one, it is the default of a ``Config`` key (``embedded_home``,
 ``cache_dir``) and the file or a flag may set it instead. Code that runs without a Config
 (the Kafka tools, featurectl, the test harness, or an import that happens before the
-config is loaded) calls these functions for the same answer.
+config is loaded, such as the choice of the compiled scanner) calls these functions for
+the same answer. A module of its own, outside ``gateway.config``, so that the protocol
+core can ask without importing the config (which imports the protocol core).
 """
 
 from __future__ import annotations
