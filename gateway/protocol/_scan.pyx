@@ -7,7 +7,7 @@ the frames the gateway forwards untouched, the commonest by far, and stops at th
 first frame that needs a decision: the readers then take that frame and the rest of
 the read. It never fails and never says why it stopped; a frame it leaves is read
 again, and judged, by the reader. Its contract, which the Python twin
-(``gateway/protocol/_scan_py.py``) keeps too and tests/unit/test_scan.py compares:
+(``gateway/protocol/_scan_py.py``) keeps too and tests/unit/gateway/protocol/test_scan.py compares:
 
 * ``scan_requests(buf, start, end, table, entries, counts, max_frame_bytes)`` takes the
   whole requests from ``start`` whose key and version ``table`` (a ``PlainTable``) says

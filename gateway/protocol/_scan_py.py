@@ -4,7 +4,7 @@ types of ``_tables.pyx``, with the same signatures and the same contract (read
 
 What runs where the scanner was not compiled (no C compiler at install time), or with
 ``KAFKA_GATEWAY_PURE_PYTHON=1`` in the environment (``gateway.protocol._scanner``).
-tests/unit/test_scan.py holds the two equal on the same inputs.
+tests/unit/gateway/protocol/test_scan.py holds the two equal on the same inputs.
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@ import: the in-flight entries both readers make are the chosen module's."""
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
+
+from ..environment import pure_python
 
 
 def _chosen() -> tuple[ModuleType, ModuleType]:
     """(the scanner's functions, its tables): both compiled, or both the twin's."""
-    if not os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
+    if not pure_python():
         try:
             # By name: the compiled modules have no source an import graph could read
             # (they import nothing of the package).

@@ -250,7 +250,7 @@ def measure(cls: type, body: bytes | bytearray | memoryview) -> int:
 # -- the same walk over a body held whole ------------------------------------------------
 #
 # A body held whole needs no generator to pause in: the steps above run as plain loops
-# over offsets. Same steps, same checks, same exceptions (tests/unit/test_walk.py holds
+# over offsets. Same steps, same checks, same exceptions (test_walk.py holds
 # the two to each other); five to eight times less CPU, which was most of what a gathered
 # Produce v10+ or small Fetch v16+ response cost the gateway.
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..config.environment import default_cache_dir
+from ..environment import default_cache_dir
 
 #: The newest Apache Kafka the project's machines resolve, and the last ZooKeeper-mode line.
 KRAFT_VERSION = "4.4.0"

@@ -26,7 +26,7 @@ from tests.integration.test_clients import ConfluentDriver
 from tests.integration.test_features import wait_for
 from tests.integration.test_sni import describe_cluster, metadata
 from tests.integration.test_tls import PortForward
-from tests.unit.test_addresses import ENDPOINTS, produce_response
+from tests.unit.gateway.interceptors.test_addresses import ENDPOINTS, produce_response
 
 PRODUCE_VERSION = 10  # the first with NodeEndpoints (KIP-951)
 

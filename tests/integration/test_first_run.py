@@ -36,7 +36,7 @@ from tests.harness.shell import (
     new_shell_env,
     simple_commands,
 )
-from tests.unit.test_help_examples import examples, help_epilogs
+from tests.unit.featurectl.test_help_examples import examples, help_epilogs
 
 RUN = ROOT / "scripts" / "run"
 BANNER_END = "Ctrl-C stops everything."
@@ -229,7 +229,7 @@ def test_the_readme_walkthrough_runs_as_printed(first_run: FirstRun, tmp_path: P
 
 # Help examples that only read, or validate and get refused, against the live stack;
 # the rest (a gateway on 0.0.0.0:9092, collect every 15 s until Ctrl-C, Spark on a
-# cluster) are checked without running them (tests/unit/test_help_examples.py).
+# cluster) are checked without running them (tests/unit/featurectl/test_help_examples.py).
 RUN_AGAINST_THE_STACK = ("describe", "finalize", "downgrade", "disable", "brokers")
 
 

@@ -28,7 +28,7 @@ from tests.harness.spark import (
     app_env,
     pyspark_home,
 )
-from tests.unit.test_plan_cli import SPEC
+from tests.unit.featurectl.plan.test_plan_cli import SPEC
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 280

@@ -3,7 +3,7 @@
 The rules are loaded from a test copy of alerts.yml made by one transformation,
 ``rules_for_tests``: every ``for:`` divided by ``FOR_SCALE`` (a minute of the real rules
 is a second here), everything else (expressions, windows, thresholds, labels,
-annotations) as committed. promtool's unit tests (tests/unit/test_deploy.py) cover the
+annotations) as committed. promtool's unit tests (tests/unit/project/test_deploy.py) cover the
 full durations with synthetic series; these cover the expressions against the series
 real gateways export when the fault is caused.
 """
@@ -34,8 +34,8 @@ from tests.integration.test_features import (
     wait_for,
 )
 from tests.integration.test_prometheus_scrape import KAFKA_CLUSTER, worker_args
-from tests.unit.test_dashboard import board
-from tests.unit.test_deploy import PROM, parse_duration_s, promtool
+from tests.unit.project.test_dashboard import board
+from tests.unit.project.test_deploy import PROM, parse_duration_s, promtool
 
 FOR_SCALE = 60
 # A second chroot: a gateway configured with it reads other feature levels, as one

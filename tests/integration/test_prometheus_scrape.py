@@ -32,8 +32,8 @@ from tests.integration.conftest import CHROOT
 from tests.integration.test_clients import ConfluentDriver
 from tests.integration.test_features import CATALOGUE_A, FEATURE, start_gateway
 from tests.integration.test_metrics import PINNED
-from tests.unit.test_dashboard import DASHBOARD, generator
-from tests.unit.test_deploy import PROM, alert_rules
+from tests.unit.project.test_dashboard import DASHBOARD, generator
+from tests.unit.project.test_deploy import PROM, alert_rules
 
 # Worker processes per gateway (issue 12's `--workers`). /metrics must be the sum over a
 # gateway's workers, so the Prometheus tests run every gateway with several; the flag is

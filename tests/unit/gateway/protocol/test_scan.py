@@ -1,0 +1,111 @@
+"""The compiled scanner (gateway/protocol/_scan.pyx) and its Python twin
+(gateway/protocol/_scan_py.py) are the same functions: fed the same bytes and tables,
+they take the same bytes, make the same entries, count the same and leave the same.
+
+test_lane.py (beside this file) holds whichever scanner runs to the readers alone, over whole
+connections; this holds the two scanners to each other, function by function.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gateway.features.report import NO_FEATURES
+from gateway.interceptors import dispatch
+from gateway.protocol import _scan_py, _scanner, frame
+from gateway.protocol._stats import ApiStats
+from gateway.versions import gateway_supported
+from tests.unit._connection import RecordingTransport, connected
+from tests.unit.gateway.protocol.test_lane import KINDS, _answer
+
+# The compiled scanner: its functions and its tables, as one namespace like the twin's.
+compiled = (
+    SimpleNamespace(**{**vars(_scanner.tables), **vars(_scanner.scan)})
+    if _scanner.COMPILED
+    else None
+)
+MAX = 1 << 20
+
+
+def _tables() -> tuple[Any, Any]:
+    """The compiled and the twin PlainTable of one negotiation (as Gateway.negotiated)."""
+    conn, _, _ = connected(RecordingTransport)
+    passthrough = conn.gateway.negotiated(
+        conn.upstream_address, gateway_supported(), NO_FEATURES
+    ).passthrough
+    args = (
+        passthrough,
+        dispatch.REWRITTEN_FROM,
+        dispatch.lane_walks(passthrough),
+        dispatch.lane_heads(passthrough),
+        dispatch.LAST_HEADS,
+        conn.gateway.router,
+    )
+    return compiled.PlainTable(*args), _scan_py.PlainTable(*args)  # type: ignore[union-attr]
+
+
+def _entries(entries: list[Any]) -> list[tuple[int, ...]]:
+    return [
+        (e.api_key, e.api_version, e.correlation_id, e.request_bytes, e.response_bytes)
+        for e in entries
+    ]
+
+
+def _folded(counts: Any) -> tuple[object, ...]:
+    stats = ApiStats()
+    counts.fold(stats)
+    return (
+        stats.requests,
+        stats.responses,
+        {key: sum(histogram[1:]) for key, histogram in stats.latency.items()},
+        counts.frames,
+    )
+
+
+@pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
+@pytest.mark.parametrize("seed", range(150))
+def test_the_compiled_scanner_and_its_twin_take_the_same(seed: int) -> None:
+    rng = random.Random(seed)
+    reqs = [rng.choice(KINDS)(i + 1) for i in range(rng.randint(1, 30))]
+    stream = b"".join(r.frame for r in reqs)
+    start = rng.choice([0, 0, rng.randrange(len(stream))])  # mostly at a boundary
+    end = rng.choice([len(stream), rng.randrange(start, len(stream) + 1)])
+    tables = _tables()
+    sides = []
+    for module, table in zip((compiled, _scan_py), tables, strict=True):
+        entries: list[Any] = []
+        counts = module.Counts()  # type: ignore[union-attr]
+        taken = module.scan_requests(stream, start, end, table, entries, counts, MAX)  # type: ignore[union-attr]
+        sides.append((module, table, entries, counts, taken))
+    assert sides[0][4] == sides[1][4]
+    assert _entries(sides[0][2]) == _entries(sides[1][2])
+    by_id = {r.correlation_id: r for r in reqs}
+    answers = b"".join(_answer(by_id[e.correlation_id]) for e in sides[0][2])
+    if rng.random() < 0.2:  # an answer to no request, between two answers
+        ends = [0]
+        while ends[-1] < len(answers):
+            ends.append(ends[-1] + 4 + struct.unpack_from(">i", answers, ends[-1])[0])
+        at = rng.choice(ends)
+        answers = answers[:at] + frame(struct.pack(">i", 77_777) + b"stray") + answers[at:]
+    stop = rng.choice([len(answers), rng.randrange(len(answers) + 1)])
+    results = []
+    for module, table, entries, counts, _ in sides:
+        pieces: list[bytes] = []
+        done: list[Any] = []
+        taken = module.match_responses(answers, 0, stop, table, entries, counts, MAX, pieces, done)  # type: ignore[union-attr]
+        results.append((taken, pieces, _entries(done), _entries(entries), _folded(counts)))
+    assert results[0] == results[1]
+
+
+@pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
+def test_the_twin_makes_the_same_kind_of_entry() -> None:
+    """Both entry types carry the same attributes with the same defaults."""
+    made = [module.InFlightRequest(3, 12, 7) for module in (compiled, _scan_py)]  # type: ignore[union-attr]
+    for name in _scan_py.InFlightRequest.__slots__:
+        if name != "started":
+            assert getattr(made[0], name) == getattr(made[1], name), name

@@ -1,0 +1,94 @@
+"""What one upstream read gives the client goes out in one write call, in order.
+
+uvloop's ``writelines`` is one ``writev``: eight pipelined Produce v10+ answers (each
+walked for its NodeEndpoints, so each a separate item) were eight sends, which cost
+more than everything else the gateway did with them. The transports here are stand-ins
+that record each write call, because how many calls carried the bytes cannot be seen
+from the other end of a real socket (TCP merges them); the connection, its readers, the
+interceptors and the event loop are the real ones.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import uvloop
+
+from tests.unit._connection import RecordingTransport, connected
+from tests.unit._kafka import produce
+from tests.unit.gateway.protocol.test_streams import produce_response
+
+DESCRIBE_GROUPS = 15
+
+
+class CallsTransport(RecordingTransport):
+    """Records each write call as the list of buffers it carried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[bytes]] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.calls.append([bytes(data)])
+
+    def writelines(self, frames: list[bytes | bytearray | memoryview]) -> None:
+        self.calls.append([bytes(f) for f in frames])
+
+
+def _describe_groups(correlation_id: int) -> tuple[bytes, bytes]:
+    """(request, response) of DescribeGroups v0, forwarded untouched both ways."""
+    client_id = b"writes"
+    head = struct.pack(">hhih", DESCRIBE_GROUPS, 0, correlation_id, len(client_id)) + client_id
+    request = head + struct.pack(">i", 0)
+    response = struct.pack(">ii", correlation_id, 0)  # no groups
+    return (
+        struct.pack(">i", len(request)) + request,
+        struct.pack(">i", len(response)) + response,
+    )
+
+
+def test_pipelined_produce_answers_go_out_in_one_call_in_order() -> None:
+    async def main() -> None:
+        conn, client, upstream = connected(CallsTransport)
+        ids = range(1, 9)
+        requests = [produce(11, i, acks=1, transactional_id=None).frame for i in ids]
+        conn.data_received(b"".join(requests))
+        assert len(upstream.calls) == 1  # the eight requests, forwarded as read
+        answers = [produce_response(11, i).frame for i in ids]
+        conn.upstream_data(b"".join(answers))
+        assert len(client.calls) == 1
+        # Each walked, none changed, in request order: the scanner takes them all, and
+        # they go out as they came, one buffer.
+        assert client.calls[0] == [b"".join(answers)]
+        assert len(conn.inflight) == 0
+
+    uvloop.run(main())
+
+
+def test_what_came_before_a_handled_response_goes_out_before_its_handler_runs() -> None:
+    """The gateway's own request (its answer goes to a handler, which may answer the
+    client itself) sits between two client requests in one upstream read."""
+
+    async def main() -> None:
+        conn, client, _ = connected(CallsTransport)
+        first, first_answer = _describe_groups(1)
+        second, second_answer = _describe_groups(2)
+        conn.data_received(first)
+        seen_by_handler: list[list[list[bytes]]] = []
+        internal_id = 0
+
+        def build(correlation_id: int) -> tuple[int, bytes]:
+            nonlocal internal_id
+            internal_id = correlation_id
+            return 0, _describe_groups(correlation_id)[0]
+
+        conn.ask_upstream(
+            DESCRIBE_GROUPS, build, lambda payload: seen_by_handler.append(list(client.calls))
+        )
+        conn.data_received(second)
+        internal_answer = _describe_groups(internal_id)[1]
+        conn.upstream_data(first_answer + internal_answer + second_answer)
+        assert seen_by_handler == [[[first_answer]]]
+        assert client.calls == [[first_answer], [second_answer]]
+
+    uvloop.run(main())
