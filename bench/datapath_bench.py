@@ -42,7 +42,7 @@ import responder
 
 from gateway.config import load_config
 from gateway.features.report import NO_FEATURES
-from gateway.protocol import _scanner as scanner
+from gateway.protocol import SCANNER_COMPILED
 from gateway.server import proxy
 from gateway.server.app import Gateway
 from gateway.server.proxy import ClientConnection, UpstreamConnection
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _main(args: argparse.Namespace) -> int:
     conn = connection()
-    print("scanner:", "compiled" if scanner.COMPILED else "the Python twin")
+    print("scanner:", "compiled" if SCANNER_COMPILED else "the Python twin")
     for name, (request, response, per) in cases(args.partitions).items():
         n = max(args.requests // per, 1)
         measure(conn, request, response, per, min(n, 2000))  # warm up

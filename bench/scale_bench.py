@@ -778,15 +778,16 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def gateway_reads() -> str:
-    """Whether the gateways started here read through the compiled lane (built in this
-    tree: setup.py) or the Python path alone (not built, or KAFKA_GATEWAY_PURE_PYTHON)."""
+    """Whether the gateways started here (this tree, this environment) scan with the
+    compiled scanner (setup.py) or its Python twin (not built, or
+    KAFKA_GATEWAY_PURE_PYTHON)."""
+    from gateway.protocol import SCANNER_COMPILED
+
+    if SCANNER_COMPILED:
+        return "the compiled lane"
     if os.environ.get("KAFKA_GATEWAY_PURE_PYTHON"):
         return "the Python path (KAFKA_GATEWAY_PURE_PYTHON)"
-    try:
-        importlib.import_module("gateway.server._lane")
-    except ImportError:
-        return "the Python path (the lane is not built: pip install -e . or setup.py build_ext -i)"
-    return "the compiled lane"
+    return "the Python path (the scanner is not built: pip install -e . or setup.py build_ext -i)"
 
 
 def print_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

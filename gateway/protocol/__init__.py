@@ -40,6 +40,7 @@ from ._headers import (
 from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
+from ._scanner import COMPILED as SCANNER_COMPILED
 from ._walk import tail_program
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
@@ -51,6 +52,7 @@ __all__ = [
     "FIND_COORDINATOR",
     "METADATA",
     "PRODUCE",
+    "SCANNER_COMPILED",
     "UPDATE_FEATURES",
     "ApiSpec",
     "DroppedResponse",
