@@ -3,7 +3,7 @@ that call it (gateway/server/_lane.pyx); everything else is in pyproject.toml.
 
 setuptools compiles the .pyx with Cython (a build requirement). ``optional``: without a
 C compiler the install still succeeds, and the gateway runs the scanner's Python twin
-(gateway/protocol/_scan_py.py); tests/unit/gateway/protocol/test_scan.py fails in CI if
+(gateway/protocol/_scan_py.py); tests/unit/gateway/protocol/test_lane.py fails in CI if
 that happened.
 """
 
