@@ -104,3 +104,11 @@ class Limits:
         why="distinct KIP-511 client software (name, version) pairs with metric labels of "
         'their own, per worker; more are labelled "other"',
     )
+    # Not Kafka's: the bounded record of client identities served on /clients.
+    max_client_identities: int = setting(
+        1000,
+        check=at_least(1),
+        why="client identities (software or client id) kept per worker for /clients, "
+        "with their peers, first/last seen and versions; past it the least recently "
+        "seen is dropped",
+    )

@@ -4,6 +4,10 @@ A key or version a connection may not use (outside its negotiated ranges, an API
 the gateway does not know, a version a feature level withholds) gets
 UNSUPPORTED_VERSION in the request's own schema, or a close where Kafka closes (a
 request it cannot parse).
+
+Every refusal is counted under its reason, real API key and version and the client's
+software (or client-id identity) (``Metrics.refused``), goes into the client's identity
+record (/clients), and is logged, rate-limited, with the client id and peer.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
     gated = gated_by(ctx, header.api_key, header.api_version)
     if gated is not None:
         reason = "gated_by_feature"
-    metrics.rejected.labels(reason).inc()
+    metrics.refused(reason, ctx.listener, ctx.info, header.api_key, header.api_version)
     if spec is None:
         # unknown_api_keys = "close"; a client that uses a vendor key does so on
         # every connection, so the line below is rate-limited per key.
@@ -42,7 +46,9 @@ def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
         payload = unsupported_version_response(header, body)
     limited.warning(
         "request.rejected",
-        limit_key=header.api_key if spec is None else None,
+        # Per key, API and version: one client that keeps hitting a refusal does not
+        # hide another's (the rest are counted in ``suppressed``).
+        limit_key=(header.api_key, header.api_version, reason),
         reason=reason,
         api_key=header.api_key,
         api=spec.name if spec else None,
@@ -51,6 +57,8 @@ def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
         correlation_id=header.correlation_id,
         action="error_response" if payload else "close",
         **({"needs_feature": f"{gated[0]}>={gated[1]}"} if gated else {}),
+        listener=ctx.listener,
+        client_labels=ctx.info.labels if ctx.info is not None else None,
         **ctx.who(),
     )
     if payload is None:

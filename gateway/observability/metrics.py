@@ -1,8 +1,11 @@
 """Prometheus metrics of the gateway.
 
-Label values are bounded: api names come from kio's table, reasons from a fixed set,
-client software from KIP-511-validated strings ("unknown" otherwise), listeners and
-features from config. Per-request traffic is not counted through labelled prometheus
+Label values are bounded: api names come from kio's table, api keys and versions are
+their own for a known key and a version in 0..127 (else -1), reasons from a fixed set,
+client software from KIP-511-validated strings, else the client id made bounded
+("client-id:producer"; ``gateway.client_records``), else "unknown", and at most
+max_client_software_labels pairs of them ("other" past it); listeners and features from
+config. Per-request traffic is not counted through labelled prometheus
 objects (a label lookup per request would cost more than the rest of the fast path);
 each connection counts into plain dicts (``protocol.ApiStats``) and ``TrafficCollector``
 folds them into labelled series when scraped, when a client identifies itself and
@@ -31,7 +34,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..protocol._apis import api_name, has_schema
+from ..client_records import UNKNOWN, api_labels
+from ..protocol._apis import api_name
 from ..protocol._stats import LATENCY_BUCKETS, ApiStats
 from .logging import RateLimitedLogger
 
@@ -62,6 +66,9 @@ TRAFFIC_LABELS = (
     "client_software_name",
     "client_software_version",
 )
+# kafka_gateway_rejected_requests_total: why, and what (the request's API and version,
+# the client's software or client-id identity) as the traffic counters label it.
+REJECTED_LABELS = ("listener", "reason", *TRAFFIC_LABELS[1:])
 
 # (listener, client software name, client software version)
 Who = tuple[str, str, str]
@@ -82,12 +89,12 @@ class TrafficCollector(Collector):
         """Add one connection's counts (already taken from it) under its labels."""
         for target, source in ((self.requests, stats.requests), (self.responses, stats.responses)):
             for (key, version), count in source.items():
-                if not has_schema(key, version):
-                    # Keys and versions no schema has (garbage, fuzzing) share one
-                    # series: counted per value they would grow the label set without
-                    # bound (bench/fuzz_gateway.py saw RSS creep from exactly that).
-                    key = version = -1
-                label = (*who, key, version)
+                # Keys the gateway does not know and absurd versions (garbage, fuzzing)
+                # share one series, -1/-1: counted per value they would grow the label
+                # set without bound (bench/fuzz_gateway.py saw RSS creep from exactly
+                # that). A known key keeps a version no schema has (Produce v2, which
+                # Kafka 4 removed): that is who an upgrade breaks.
+                label = (*who, *api_labels(key, version))
                 target[label] = target.get(label, 0) + count
         for key, histogram in stats.latency.items():
             mine = self.latency.get(key)
@@ -177,12 +184,15 @@ class Metrics:
         )
         self.rejected = Counter(
             "kafka_gateway_rejected_requests_total",
-            "Requests or frames the gateway refused, by reason",
-            ["reason"],
+            "Requests or frames the gateway refused, by reason, API key and version "
+            "(-1: none or unknown) and client software (or client-id identity)",
+            REJECTED_LABELS,
             registry=r,
         )
+        # A zero series per reason (no listener, no request, no client), so a reason's
+        # first refusals count in rate() and its dashboard panel has data from the start.
         for reason in REJECT_REASONS:
-            self.rejected.labels(reason)
+            self.rejected.labels("", reason, "-1", api_name(-1), "-1", UNKNOWN, UNKNOWN)
         self.dropped_responses = Counter(
             "kafka_gateway_dropped_responses_total",
             "Upstream responses whose correlation id no request awaited (e.g. answers to "
@@ -399,6 +409,25 @@ class Metrics:
         )
         return OTHER, OTHER
 
+    def refused(
+        self,
+        reason: str,
+        listener: str,
+        info: Any = None,
+        api_key: int = -1,
+        api_version: int = -1,
+    ) -> None:
+        """Count one refused request or frame under its reason, API key and version
+        (bounded as the traffic counters bound them) and the client's labels; tell its
+        identity record (``info``: the connection's ``clients.ClientInfo``, or None)."""
+        key, version = api_labels(api_key, api_version)
+        software = info.labels if info is not None else (UNKNOWN, UNKNOWN)
+        self.rejected.labels(
+            listener, reason, str(key), api_name(key), str(version), *software
+        ).inc()
+        if info is not None:
+            info.refused(api_key, api_version, reason)
+
     def client_identified(self, listener: str, old: tuple[str, str], new: tuple[str, str]) -> None:
         self.connections_active.labels(listener, *old).dec()
         self.connections_active.labels(listener, *new).inc()
@@ -407,4 +436,4 @@ class Metrics:
         self.info.labels(**labels).set(1)
 
 
-__all__ = ["REJECT_REASONS", "Metrics", "TrafficCollector"]
+__all__ = ["REJECTED_LABELS", "REJECT_REASONS", "Metrics", "TrafficCollector"]

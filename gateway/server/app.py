@@ -169,6 +169,7 @@ class Gateway(Negotiation, Listeners):
                     "/healthz": check_route(self.health),
                     "/readyz": check_route(self.readiness),
                     "/connections": json_route(self.connections_snapshot),
+                    "/clients": json_route(self.registry.identities_snapshot),
                 },
             )
         await self.features.register_now()

@@ -54,6 +54,7 @@ class LimitsTarget:
         bytes_out = self.bytes_out - self._folded_out
         self._folded_in, self._folded_out = self.bytes_in, self.bytes_out
         self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
+        info.used(stats)  # hook: the versions its identity used (gateway.client_records)
 
     def sync_info(self) -> None:
         """Bring the registry's counts for this connection (/connections) up to date."""

@@ -67,7 +67,13 @@ class InterceptorExchange:
         """An interceptor raised on a client's request: log (rate-limited, with the
         traceback), count, and close this connection as Kafka closes on a request it
         cannot handle."""
-        self.gateway.metrics.rejected.labels("handler_error").inc()
+        self.gateway.metrics.refused(
+            "handler_error",
+            self.listener,
+            self.info,
+            request.header.api_key,
+            request.header.api_version,
+        )
         limited.error(
             "request.handler_failed",
             api_key=request.header.api_key,
@@ -132,7 +138,7 @@ class InterceptorExchange:
         )
 
     def _violation(self, side: str, violation: ProtocolViolation) -> None:
-        self.gateway.metrics.rejected.labels(violation.reason).inc()
+        self.gateway.metrics.refused(violation.reason, self.listener, self.info)
         limited.warning(
             "connection.protocol_violation",
             side=side,

@@ -9,6 +9,9 @@ state without locks. Requests are tiny and rare; each gets one response and a cl
 * ``/readyz``: 200 while listeners accept connections (not before start, not while
   draining, not while incompatible), else 503 (readiness: route clients elsewhere).
 * ``/connections``: the KIP-511 connection registry as JSON.
+* ``/clients``: the bounded record of client identities (software or client id, top
+  peer addresses, first/last seen, connections opened, versions used and refused) as
+  JSON (``gateway.client_records``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ async def serve_http(
                 status, ctype, body = (
                     404,
                     "text/plain",
-                    b"try /metrics /healthz /readyz /connections\n",
+                    b"try /metrics /healthz /readyz /connections /clients\n",
                 )
             else:
                 answer = route()

@@ -289,6 +289,8 @@ class ClientConnection(  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
         """A client read the scanner did not take (or what was left of it)."""
+        if self.info is not None and self.info.awaiting_first:  # hook: first request's client id
+            self.gateway.registry.first_read(self, data)
         if self.ranges is None:
             self._held.append(data)
             self._held_size += len(data)
@@ -361,6 +363,8 @@ class ClientConnection(  # type: ignore[misc]
             self.scan_requests_ok = self.scan_responses_ok = False
             return
         self.scan_requests_ok = not self.draining and not self.requests.mid_frame
+        if self.info is not None and self.info.awaiting_first:  # hook: first request to Python
+            self.scan_requests_ok = False
         self.scan_responses_ok = not self.responses.mid_frame
 
     # -- upstream socket -----------------------------------------------------------

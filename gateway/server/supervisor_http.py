@@ -1,5 +1,6 @@
 """The supervisor's operator endpoint (``metrics_listen``): /metrics merged from the
-workers' own (``observability.merge``), /connections concatenated, /healthz and /readyz.
+workers' own (``observability.merge``), /connections concatenated, /clients merged by
+identity (``client_records.merge_snapshots``), /healthz and /readyz.
 
 Each worker serves its endpoint on a private loopback port; the supervisor reads them
 when scraped, and every ``REFRESH_S`` besides. ``Supervisor`` takes this role from
@@ -16,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from ..client_records import merge_snapshots
 from ..observability.merge import MetricsMerger, parse
 from ..observability.metrics import Metrics
 from .app import Gateway
@@ -46,6 +48,7 @@ class OperatorEndpoint:
         return {
             "/metrics": self._metrics_route,
             "/connections": self._connections_route,
+            "/clients": self._clients_route,
             "/healthz": check_route(self.health),
             "/readyz": check_route(self.readiness),
         }
@@ -112,6 +115,15 @@ class OperatorEndpoint:
         parts = await asyncio.gather(*(read(s) for s in self.slots))
         every = [entry for part in parts for entry in part]
         return 200, "application/json", json.dumps(every, indent=1).encode() + b"\n"
+
+    async def _clients_route(self) -> tuple[int, str, bytes]:
+        async def read(slot: Slot) -> list[dict[str, Any]]:
+            body = await _get(slot, "/clients")
+            return [] if body is None else json.loads(body)
+
+        parts = await asyncio.gather(*(read(s) for s in self.slots))
+        merged = merge_snapshots(parts)
+        return 200, "application/json", json.dumps(merged, indent=1).encode() + b"\n"
 
 
 class _Fixed(Collector):

@@ -56,8 +56,8 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
             header, body, ctx.ranges, broker_software=None, **feature_fields
         )
     if answer.client_software is not None and ctx.info is not None:
-        # Counts so far belong to the old labels; then move the connection over.
-        ctx.fold_stats()
+        # The connection moves over with its counts so far (not folded first): they
+        # are this client's requests, this ApiVersions among them, not "unknown"'s.
         old = ctx.info.labels
         gw.registry.set_software(ctx.info.connection_id, *answer.client_software)
         ctx.info.labels = gw.metrics.software_labels(*answer.client_software)
@@ -69,10 +69,14 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
             **({"tls_subject": ctx.tls_subject} if ctx.tls_subject else {}),
         )
     elif answer.error_code == 42:
-        gw.metrics.rejected.labels("invalid_client_software").inc()
+        gw.metrics.refused(
+            "invalid_client_software", ctx.listener, ctx.info, header.api_key, header.api_version
+        )
         limited.info("request.invalid_client_software", version=header.api_version, **ctx.who())
     elif answer.error_code == 35:
-        gw.metrics.rejected.labels("unsupported_version").inc()
+        gw.metrics.refused(
+            "unsupported_version", ctx.listener, ctx.info, header.api_key, header.api_version
+        )
     ctx.answer(request.request, answer.payload)
 
 

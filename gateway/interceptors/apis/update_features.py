@@ -46,7 +46,9 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         return
     refusal = update_features_refusal(ctx)
     if refusal is not None:
-        gw.metrics.rejected.labels("unauthorized").inc()
+        gw.metrics.refused(
+            "unauthorized", ctx.listener, ctx.info, header.api_key, header.api_version
+        )
         message = f"UpdateFeatures through kafka-gateway is refused: {refusal}; use featurectl"
         limited.warning(
             "request.update_features_refused",
