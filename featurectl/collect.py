@@ -6,7 +6,9 @@ Each round finds the live gateways in ZooKeeper (their registrations carry
 (``featurectl.plan.columnar``; ``--format text``: one ``.prom`` file plus sidecar per
 gateway), and writes a snapshot of the finalized levels and registrations, so
 ``featurectl plan`` can run later without ZooKeeper. The layout is described in
-``featurectl.plan.layout``.
+``featurectl.plan.layout``. Each gateway's /clients (who connected, from where, since
+when, which versions were used and refused) goes to ``DIR/clients/``
+(``featurectl.clients_dataset``), written when the samples are.
 
 ``--prometheus URL`` and ``--from-prometheus FILE`` take the same series from Prometheus
 instead (``featurectl.prometheus``).
@@ -32,6 +34,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from gateway.commands import add_command
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
+from .clients_dataset import ClientSink
 from .exits import EXIT_NOTHING, EXIT_OK, EXIT_USAGE
 from .options import positive_seconds
 from .plan.columnar import SampleSink
@@ -274,25 +277,28 @@ def run_collect(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
     rounds = 1 if args.once else args.rounds
+    clients = ClientSink(out)
     stop = _stop_event()
     done = 0
     registered: list[Target] = []
     flushed = time.monotonic()
     try:
         while True:
-            written, registered = _one_round(out, registry, args, registered, sink)
+            written, registered = _one_round(out, registry, args, registered, sink, clients)
             total += written
             done += 1
             if rounds is not None and done >= rounds:
                 break
             if time.monotonic() - flushed >= args.flush:
                 sink.flush()
+                clients.flush()
                 flushed = time.monotonic()
             if stop.wait(args.interval):
                 break
     finally:
         # Also on Ctrl-C/SIGTERM (the loop ends after its round): nothing buffered is lost.
         sink.flush()
+        clients.flush()
         if registry is not None:
             registry.close()
     return _finish(out, total, rounds=done)
@@ -323,6 +329,7 @@ def _one_round(
     args: argparse.Namespace,
     known: list[Target],
     sink: Sink,
+    clients: ClientSink | None = None,
 ) -> tuple[int, list[Target]]:
     """One round; returns the files written and the registered targets it used.
 
@@ -353,7 +360,11 @@ def _one_round(
             if not snapshot.registrations:
                 log.warning("no live gateway is registered under %s", registry.chroot)
     result = collect_round(
-        out, merge_targets(registered, args.gateway), timeout=args.timeout, sink=sink
+        out,
+        merge_targets(registered, args.gateway),
+        timeout=args.timeout,
+        sink=sink,
+        clients=clients,
     )
     log.info(
         "round %s: %d scraped, %d unreachable",

@@ -3,11 +3,13 @@
 One round scrapes every target concurrently (a slow gateway costs one timeout, not one
 per gateway) and hands each answer, under the gateway id it names, to a sink: the
 Parquet dataset (``featurectl.plan.columnar``) or the text layout
-(``featurectl.plan.layout``).
+(``featurectl.plan.layout``). Next to /metrics it fetches the gateway's /clients (the
+client identities it saw, ``gateway.client_records``) for ``featurectl.clients_dataset``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.error
 import urllib.request
@@ -17,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+from .clients_dataset import ClientSink
 from .plan.columnar import SampleSink
 from .plan.layout import ScrapeMeta, TextSink, epoch_ms, stamp
 
@@ -62,6 +65,31 @@ def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
     with urllib.request.urlopen(request, timeout=timeout) as response:
         charset = response.headers.get_content_charset() or "utf-8"
         return response.read().decode(charset)
+
+
+def clients_url(metrics_url: str) -> str:
+    """The /clients URL beside a /metrics URL (``http://gw:9404/metrics`` ->
+    ``http://gw:9404/clients``)."""
+    parts = urlsplit(metrics_url)
+    path = parts.path
+    if path.endswith("/metrics"):
+        path = path[: -len("metrics")] + "clients"
+    else:
+        path = path.rstrip("/") + "/clients"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def fetch_clients(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> list[dict[str, Any]]:
+    """GET a gateway's /clients records (raises OSError/ValueError: none, e.g. a
+    gateway from before /clients, which answers 404)."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        doc = json.loads(response.read().decode(response.headers.get_content_charset() or "utf-8"))
+    if not isinstance(doc, list) or not all(
+        isinstance(entry, dict) and "client_id" in entry for entry in doc
+    ):
+        raise ValueError("not a /clients answer")
+    return doc
 
 
 def gateway_id_from_text(text: str) -> str | None:
@@ -115,10 +143,13 @@ def collect_round(
     now: datetime | None = None,
     timeout: float = SCRAPE_TIMEOUT_S,
     sink: Sink | None = None,
+    clients: ClientSink | None = None,
 ) -> RoundResult:
-    """Scrape ``targets`` concurrently into ``sink`` (default: text files under ``out``).
+    """Scrape ``targets`` concurrently into ``sink`` (default: text files under ``out``),
+    and with ``clients`` their /clients into it.
 
-    Failures are logged and listed in the result.
+    Failures are logged and listed in the result (a gateway without /clients is
+    scraped all the same).
     """
     started = now or datetime.now(UTC)
     result = RoundResult(stamp(started))
@@ -126,18 +157,26 @@ def collect_round(
         return result
     writer = (sink or TextSink(out)).round(result.round_name)
 
-    def one(target: Target) -> tuple[Target, str | None, str | None, int]:
+    def one(target: Target) -> tuple[Target, str | None, str | None, int, list | None]:
         try:
             text = scrape(target.url, timeout)
         except (OSError, ValueError) as exc:  # URLError, timeouts, refused, bad URL
-            return target, None, describe_error(exc), 0
-        return target, text, None, epoch_ms(datetime.now(UTC))
+            return target, None, describe_error(exc), 0, None
+        scraped_ms = epoch_ms(datetime.now(UTC))
+        records = None
+        if clients is not None:
+            url = clients_url(target.url)
+            try:
+                records = fetch_clients(url, timeout)
+            except (OSError, ValueError) as exc:
+                log.debug("no client identities from %s: %s", url, describe_error(exc))
+        return target, text, None, scraped_ms, records
 
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_SCRAPES, len(targets))) as pool:
         outcomes = list(pool.map(one, targets))
     # Files are written by this thread only, in target order, so names are stable.
     scraped: dict[str, str] = {}
-    for target, text, error, scraped_ms in outcomes:
+    for target, text, error, scraped_ms, records in outcomes:
         if text is None:
             log.warning("cannot scrape %s: %s (skipped this round)", target.url, error)
             result.failed.append((target.url, error or "unknown error"))
@@ -155,6 +194,8 @@ def collect_round(
         scraped[gateway_id] = target.url
         meta = ScrapeMeta(gateway_id, target.url, scraped_ms, "scrape")
         result.written.append(writer.write(meta, text))
+        if clients is not None and records is not None:
+            clients.add(gateway_id, scraped_ms, records)
     return result
 
 

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from ..clients_dataset import read_client_rows
 from . import transforms as tx
 from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
@@ -193,6 +194,16 @@ def read_latest_state(spark: SparkSession, root: str) -> StateSnapshot | None:
     return StateSnapshot.from_dict(json.loads(newest[0]["value"]))
 
 
+def read_clients(dataset_dir: str) -> list[dict]:
+    """The client identities the dataset's gateways saw (``DIR/clients/``, written by
+    ``featurectl collect`` from each gateway's /clients), as plain rows: per gateway
+    and identity its newest record, fields as ``featurectl.clients_dataset.ROW_FIELDS``
+    (``first_seen``, ``last_seen``, ``scraped_at`` in epoch seconds). [] when the dataset
+    has none (collected from Prometheus, or from gateways without /clients). Read
+    without Spark (a few rows per identity): a local directory or ``file://`` only."""
+    return read_client_rows(dataset_dir)
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -201,6 +212,7 @@ __all__ = [
     "DatasetError",
     "DatasetSamples",
     "dataset_uri",
+    "read_clients",
     "read_latest_state",
     "read_lines",
     "read_parquet",
