@@ -848,9 +848,12 @@ def gateway_counters(gw: GatewayProcess) -> dict[str, Any]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name in wanted:
+                labels = s.labels
+                if s.name == "kafka_gateway_rejected_requests_total":
+                    labels = {"reason": labels["reason"]}  # summed over API and client
                 key = s.name + (
-                    "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
-                    if s.labels
+                    "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
+                    if labels
                     else ""
                 )
                 out[key] = out.get(key, 0) + s.value

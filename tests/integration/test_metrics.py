@@ -39,7 +39,10 @@ PINNED: dict[str, tuple[str, list[str]]] = {
         ["listener", "client_software_name", "client_software_version"],
     ),
     "kafka_gateway_connections": ("counter", ["listener"]),
-    "kafka_gateway_rejected_requests": ("counter", ["reason"]),
+    "kafka_gateway_rejected_requests": (
+        "counter",
+        ["listener", "reason", "api_key", "api", "api_version", *TRAFFIC[-2:]],
+    ),
     "kafka_gateway_upstream_connect_errors": ("counter", ["upstream"]),
     "kafka_gateway_dropped_responses": ("counter", []),
     "kafka_gateway_rewrite_errors": ("counter", ["api"]),
