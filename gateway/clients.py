@@ -289,7 +289,10 @@ class ConnectionRegistry:
             conn.gateway.config, "max_client_identities", self.identities.limit
         )
         if api_key == API_VERSIONS and api_version >= 3:
-            return  # its answer attributes it (set_software), by software or client id
+            # Its answer names its software (set_software); one whose name is refused
+            # as invalid stays "unknown" in labels, and counts for its client id when
+            # it closes.
+            return
         self.identify_by_client_id(info, conn.gateway.metrics, conn.listener)
 
     def identify_by_client_id(self, info: ClientInfo, metrics: _Labels, listener: str) -> None:

@@ -189,10 +189,12 @@ class Metrics:
             REJECTED_LABELS,
             registry=r,
         )
-        # A zero series per reason (no listener, no request, no client), so a reason's
-        # first refusals count in rate() and its dashboard panel has data from the start.
+        # A zero series per reason (listener "none", no request, no client), so each
+        # reason has a series from the start: its dashboard panel has data, and the
+        # unattributed refusals of a reason count in rate() from the first. (Prometheus
+        # drops empty label values: "none", not "", keeps the label set whole.)
         for reason in REJECT_REASONS:
-            self.rejected.labels("", reason, "-1", api_name(-1), "-1", UNKNOWN, UNKNOWN)
+            self.rejected.labels("none", reason, "-1", api_name(-1), "-1", UNKNOWN, UNKNOWN)
         self.dropped_responses = Counter(
             "kafka_gateway_dropped_responses_total",
             "Upstream responses whose correlation id no request awaited (e.g. answers to "
