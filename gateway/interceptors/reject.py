@@ -46,7 +46,7 @@ def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
         payload = unsupported_version_response(header, body)
     limited.warning(
         "request.rejected",
-        # Per key, API and version: one client that keeps hitting a refusal does not
+        # Per API key, version and reason: one client that keeps hitting a refusal does not
         # hide another's (the rest are counted in ``suppressed``).
         limit_key=(header.api_key, header.api_version, reason),
         reason=reason,
