@@ -76,9 +76,9 @@ def release_updates(
     level 1 or more, and those finalized) are set; the rest (``metadata.version``, which
     only KRaft has, or a feature the brokers behind the gateways lack) are skipped with a
     note that says what describe shows (``supported_max``: feature -> the highest level
-    every live gateway supports, describe's SupportedMaxVersion). A feature already at its release level is left alone (the
-    ZooKeeper-mode rules refuse a no-op update), and so is one the command's direction
-    would not move: ``upgrade`` raises, ``downgrade`` lowers.
+    every live gateway supports, describe's SupportedMaxVersion). A feature already at
+    its release level is left alone (nothing to change), and so is one the command's
+    direction would not move: ``upgrade`` raises, ``downgrade`` lowers.
     """
     updates: dict[str, int] = {}
     notes: list[str] = []

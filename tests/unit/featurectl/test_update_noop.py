@@ -103,7 +103,11 @@ def test_a_no_op_beside_a_change_is_noted_and_the_change_is_written(
 def test_release_version_names_what_describe_shows_for_a_feature_it_skips() -> None:
     levels = release_table().levels("4.1")
     _, notes = release_updates(
-        levels, {"transaction.version"}, {}, "finalize", {"group.version": 0, "transaction.version": 2}
+        levels,
+        {"transaction.version"},
+        {},
+        "finalize",
+        {"group.version": 0, "transaction.version": 2},
     )
     assert (
         "group.version=1 skipped: the live gateways support group.version up to level 0 only "
