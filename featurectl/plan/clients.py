@@ -222,7 +222,12 @@ def classify_refusals(
     for r in refusals:
         row = {**r, **who(r, index)}
         if not attributed(r):
-            broken.append({**row, "remedy": UNATTRIBUTED})
+            known = r.get("client_software_name") is not None
+            if known and r.get("reason") in REASON_REMEDIES:
+                remedy = REASON_REMEDIES[r["reason"]]
+            else:
+                remedy = UNATTRIBUTED
+            broken.append({**row, "remedy": remedy})
             continue
         need = required_level(catalogue, r["api_key"], r["api_version"])
         if need is not None and need[1] > finalized.get(need[0], 0):
@@ -369,6 +374,18 @@ def missing_gates(catalogue: Catalogue, feature: str, have: int | None, want: in
     return [_gate_text(g) for gates in spec.levels[start:want] for g in gates]
 
 
+def lacks_text(gates: Sequence[str], shown: int = 4) -> str:
+    """``gates`` as one short phrase: whole APIs named together, a few at most."""
+    whole = [g.removesuffix(" (every version)") for g in gates if g.endswith("(every version)")]
+    versioned = [g for g in gates if not g.endswith("(every version)")]
+    parts = list(versioned)
+    if whole:
+        more = f" and {len(whole) - shown} more" if len(whole) > shown else ""
+        parts.append(", ".join(whole[:shown]) + more + " (any version)")
+    text = ", ".join(parts)
+    return text if len(gates) == 1 else f"at least one of {text}"
+
+
 def cap_reason(
     blocker: Row,
     catalogue: Catalogue,
@@ -391,7 +408,7 @@ def cap_reason(
         supports = f"supports {blocker.get('min_level')}-{have}"
     if not gates:
         return f"{supports}: its catalogue has no level {level} of {feature}"
-    lacks = gates[0] if len(gates) == 1 else "at least one of " + ", ".join(gates)
+    lacks = lacks_text(gates)
     seen = sorted(
         {
             f"{r['api']} v{r['api_version']}"
@@ -481,6 +498,7 @@ __all__ = [
     "cap_reason",
     "classify_refusals",
     "identity_index",
+    "lacks_text",
     "load_identities",
     "losses",
     "missing_gates",

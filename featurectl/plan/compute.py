@@ -127,6 +127,24 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     registrations = {r["gateway_id"]: r for r in state.doc.get("registrations", [])}
     for b in blocker_rows:
         b["reason"] = clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"])
+        b["lacks"] = clients.lacks_text(
+            clients.missing_gates(inputs.catalogue, b["feature"], b["max_level"], b["level"])
+        )
+    for f in features:
+        # Why the highest level everywhere is below the catalogue's: the gateways at it.
+        high = f["cluster_max_level"]
+        if high is None or high >= f["catalogue_max_level"]:
+            continue
+        capped = decide.blocking_gateways(
+            {f["feature"]: high + 1}, state.gateway_ids, state.support
+        )
+        f["capped_by"] = [
+            {
+                "gateway_id": b["gateway_id"],
+                "reason": clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"]),
+            }
+            for b in capped
+        ]
     broken, wanting = clients.classify_refusals(
         who["refusals"], inputs.catalogue, state.finalized, features, usage, who["index"],
         state.doc,

@@ -63,9 +63,7 @@ def plan_document(
         "broken_now": with_times(data.broken_now, "first_seen", "last_seen"),
         "wanting": with_times(data.wanting, "first_seen", "last_seen"),
         # Per client software: every API version it used, client ids and addresses.
-        "api_versions_by_client": with_times(
-            data.versions_by_client, "first_seen", "last_seen"
-        ),
+        "api_versions_by_client": with_times(data.versions_by_client, "first_seen", "last_seen"),
         "identities": data.identities,
         "steps": steps,
         "charts": list(charts),

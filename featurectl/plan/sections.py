@@ -140,9 +140,9 @@ def verdict_table(doc: Mapping[str, Any], unsafe: str = "no") -> Table:
 
 def feature_table(doc: Mapping[str, Any]) -> Table:
     capped: dict[str, list[str]] = {}
-    for b in doc.get("blocking_gateways", []):
-        if b.get("reason"):
-            capped.setdefault(b["feature"], []).append(f"{b['gateway_id']}: {b['reason']}")
+    for f in doc["features"]:
+        for b in f.get("capped_by", []):
+            capped.setdefault(f["feature"], []).append(f"{b['gateway_id']}: {b['reason']}")
     return (
         [
             "feature",

@@ -207,9 +207,8 @@ def test_a_capped_level_names_the_api_versions_the_upstream_lacks() -> None:
     reason = cl.cap_reason(blocker, CATALOGUE, registrations, seen)
     assert reason == (
         "supports 0-0: its upstream (apache-kafka 3.9, at broker-b:9093) does not offer at "
-        "least one of ConsumerGroupHeartbeat (every version), ConsumerGroupDescribe (every "
-        "version), which group.version=1 needs; clients were refused ConsumerGroupHeartbeat "
-        "v0 there"
+        "least one of ConsumerGroupHeartbeat, ConsumerGroupDescribe (any version), which "
+        "group.version=1 needs; clients were refused ConsumerGroupHeartbeat v0 there"
     )
     one = parse_catalogue({"features": {"t.version": {"levels": {"1": ["Produce>=12"]}}}})
     reason = cl.cap_reason({**blocker, "feature": "t.version"}, one, {})
