@@ -15,6 +15,7 @@ Inputs:
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -69,6 +70,13 @@ def load_identities(metrics: str) -> list[dict[str, Any]]:
     try:
         return list(read(metrics) or [])
     except (FileNotFoundError, NotADirectoryError):
+        return []
+    except Exception as exc:  # a damaged record must not cost the whole plan
+        print(
+            f"warning: client records under {metrics} unreadable ({exc!r}); "
+            "naming clients by their metric labels only",
+            file=sys.stderr,
+        )
         return []
 
 

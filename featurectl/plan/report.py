@@ -52,7 +52,10 @@ def plan_document(
         "dataset": dataset,
         "state": {**data.state, "time": iso_time(data.state.get("time_ms"))},
         "features": data.features,
-        "verdicts": data.verdicts,
+        "verdicts": [
+            {**v, "losses": with_times(v["losses"], "last_seen")} if "losses" in v else v
+            for v in data.verdicts
+        ],
         "blocking_gateways": data.blockers,
         "clients": with_times(data.clients, "first_seen", "last_seen"),
         # Every API version each client software used (gated or not), busiest first.

@@ -300,3 +300,21 @@ def test_chart_ticks_read_differently_on_a_one_minute_window() -> None:
     plt.close(fig)
     assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
     assert all(label.startswith("10:0") for label in labels), labels
+
+
+def test_client_records_are_read_when_the_reader_exists_and_missing_is_none(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
+    from featurectl.plan import readers
+
+    monkeypatch.delattr(readers, "read_clients", raising=False)
+    assert cl.load_identities(str(tmp_path)) == []  # a build without the reader
+
+    def missing(_: str) -> list:
+        raise FileNotFoundError("no clients/")
+
+    monkeypatch.setattr(readers, "read_clients", missing, raising=False)
+    assert cl.load_identities(str(tmp_path)) == []
+    monkeypatch.setattr(readers, "read_clients", lambda d: IDENTITIES, raising=False)
+    assert cl.load_identities(str(tmp_path)) == IDENTITIES
+    assert cl.to_ms("2025-01-06T00:00:20Z") == T0 + 20_000 == cl.to_ms((T0 + 20_000) / 1000)
