@@ -496,6 +496,29 @@ def versions_by_client(
     return sorted(out, key=lambda x: (-x["requests"], client_label(x)))
 
 
+def capped_summary(rows: Sequence[Row], feature: str, level: int) -> str:
+    """Gateways that cannot serve ``feature=level``, grouped by what they support and
+    what their upstreams lack (one phrase per group: a fleet's old gateways alike)."""
+    groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    for b in rows:
+        have = b.get("max_level")
+        supports = (
+            "do not list the feature (level 0 only)"
+            if have is None
+            else f"support {b.get('min_level')}-{have}"
+        )
+        groups[(supports, b.get("lacks") or "")].append(b["gateway_id"])
+    said = []
+    for (supports, lacks), gateways in groups.items():
+        why = (
+            f": their upstreams do not offer {lacks}, which {feature}={level} needs"
+            if lacks
+            else ""
+        )
+        said.append(f"{', '.join(sorted(gateways))} {supports}{why}")
+    return "; ".join(said)
+
+
 __all__ = [
     "REASON_REMEDIES",
     "RECONNECT",
@@ -504,6 +527,7 @@ __all__ = [
     "annotate_verdicts",
     "attributed",
     "cap_reason",
+    "capped_summary",
     "classify_refusals",
     "identity_index",
     "lacks_text",

@@ -140,8 +140,11 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         )
         f["capped_by"] = [
             {
-                "gateway_id": b["gateway_id"],
+                **b,
                 "reason": clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"]),
+                "lacks": clients.lacks_text(
+                    clients.missing_gates(inputs.catalogue, b["feature"], b["max_level"], high + 1)
+                ),
             }
             for b in capped
         ]

@@ -35,7 +35,8 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100p
        padding: 0 1em; color: #1d1d1f; }
 h1 { font-size: 1.6em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
 th { background: #f3f3f3; }
 .unsafe { color: #b00020; font-weight: 600; } .safe { color: #1b7f3b; }
 .note { background: #fff6d6; border-left: 4px solid #e0b000; padding: .5em 1em; }

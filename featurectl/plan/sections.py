@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from featurectl.plan.clients import capped_summary
 from featurectl.plan.decide import client_label
 
 # Rows of the clients table in the reports (plan.json has all of them).
@@ -139,10 +140,11 @@ def verdict_table(doc: Mapping[str, Any], unsafe: str = "no") -> Table:
 
 
 def feature_table(doc: Mapping[str, Any]) -> Table:
-    capped: dict[str, list[str]] = {}
-    for f in doc["features"]:
-        for b in f.get("capped_by", []):
-            capped.setdefault(f["feature"], []).append(f"{b['gateway_id']}: {b['reason']}")
+    capped = {
+        f["feature"]: capped_summary(f["capped_by"], f["feature"], f["cluster_max_level"] + 1)
+        for f in doc["features"]
+        if f.get("capped_by")
+    }
     return (
         [
             "feature",
@@ -159,7 +161,7 @@ def feature_table(doc: Mapping[str, Any]) -> Table:
                 f["cluster_max_level"],
                 f["catalogue_max_level"],
                 f["live_gateways"],
-                "; ".join(capped.get(f["feature"], [])) or "-",
+                capped.get(f["feature"], "-"),
             )
             for f in doc["features"]
         ],

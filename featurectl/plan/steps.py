@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from featurectl.plan.clients import RECONNECT
+from featurectl.plan.clients import RECONNECT, capped_summary
 from featurectl.plan.decide import client_label
 from featurectl.plan.layout import iso_time
 from gateway.commands import shell_command
@@ -171,9 +171,12 @@ def build_steps(
         wanted = f"{feature}={level}"
         gateway_blockers = [b for b in blockers if b["feature"] == feature and b["level"] == level]
         if v["blocking_gateways"]:
-            detail = "; ".join(
-                f"{b['gateway_id']} ({b.get('reason') or _range(b)})" for b in gateway_blockers
-            )
+            if all(b.get("lacks") for b in gateway_blockers):
+                detail = capped_summary(gateway_blockers, feature, level)
+            else:
+                detail = "; ".join(
+                    f"{b['gateway_id']} ({b.get('reason') or _range(b)})" for b in gateway_blockers
+                )
             add(
                 v,
                 "manual",

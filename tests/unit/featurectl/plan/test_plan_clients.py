@@ -318,3 +318,24 @@ def test_client_records_are_read_when_the_reader_exists_and_missing_is_none(
     monkeypatch.setattr(readers, "read_clients", lambda d: IDENTITIES, raising=False)
     assert cl.load_identities(str(tmp_path)) == IDENTITIES
     assert cl.to_ms("2025-01-06T00:00:20Z") == T0 + 20_000 == cl.to_ms((T0 + 20_000) / 1000)
+
+
+def test_gateways_capped_alike_are_named_together() -> None:
+    lacks = "at least one of Produce v12+, TxnOffsetCommit v5+, EndTxn v5+"
+    rows = [
+        {"gateway_id": g, "min_level": 0, "max_level": 1, "lacks": lacks}
+        for g in ("gw-002", "gw-000", "gw-001")
+    ]
+    assert cl.capped_summary(rows, "transaction.version", 2) == (
+        "gw-000, gw-001, gw-002 support 0-1: their upstreams do not offer at least one of "
+        "Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, which transaction.version=2 needs"
+    )
+    verdicts = [verdict("transaction.version", 2, 1, "upgrade", [])]
+    verdicts[0].update(safe=False, blocking_gateways=["gw-000", "gw-001", "gw-002"])
+    blockers = [{**r, "feature": "transaction.version", "level": 2} for r in rows]
+    manual = build_steps(verdicts, blockers, [], STATE)[0]
+    assert manual["action"].endswith(
+        "until each supports transaction.version=2: gw-000, gw-001, gw-002 support 0-1: their "
+        "upstreams do not offer at least one of Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, "
+        "which transaction.version=2 needs."
+    )
