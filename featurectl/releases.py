@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -63,16 +64,21 @@ def release_table() -> ReleaseTable:
 
 
 def release_updates(
-    release_levels: dict[str, int], known: set[str], current: dict[str, int], command: str
+    release_levels: dict[str, int],
+    known: set[str],
+    current: dict[str, int],
+    command: str,
+    supported_max: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, int], list[str]]:
     """(features to set for an upgrade/downgrade to a release, notes on what was skipped).
 
     Only features the gateways can serve (``known``: those some live gateway supports at
     level 1 or more, and those finalized) are set; the rest (``metadata.version``, which
     only KRaft has, or a feature the brokers behind the gateways lack) are skipped with a
-    note. A feature already at its release level is left alone (the
-    ZooKeeper-mode rules refuse a no-op update), and so is one the command's direction
-    would not move: ``upgrade`` raises, ``downgrade`` lowers.
+    note that says what describe shows (``supported_max``: feature -> the highest level
+    every live gateway supports, describe's SupportedMaxVersion). A feature already at
+    its release level is left alone (nothing to change), and so is one the command's
+    direction would not move: ``upgrade`` raises, ``downgrade`` lowers.
     """
     updates: dict[str, int] = {}
     notes: list[str] = []
@@ -86,7 +92,7 @@ def release_updates(
             )
         elif feature not in known:
             if level > 0:
-                notes.append(f"{feature}={level} skipped: no live gateway supports {feature}")
+                notes.append(_unservable(feature, level, supported_max))
         elif level == now:
             continue
         elif (level > now) == (command == "finalize"):
@@ -95,6 +101,19 @@ def release_updates(
             direction = "downgrade" if level < now else "upgrade"
             notes.append(f"{feature} stays at {now} (the release has {level}; use {direction})")
     return updates, notes
+
+
+def _unservable(feature: str, level: int, supported_max: Mapping[str, int] | None) -> str:
+    if supported_max is None:
+        return f"{feature}={level} skipped: no live gateway supports {feature}"
+    high = supported_max.get(feature)
+    if high is None:
+        return f"{feature}={level} skipped: no live gateway lists {feature}"
+    return (
+        f"{feature}={level} skipped: the live gateways support {feature} up to level {high} "
+        f"only (describe: SupportedMaxVersion {high}; the brokers behind them lack the API "
+        "versions it gates)"
+    )
 
 
 __all__ = ["METADATA_VERSION", "ReleaseTable", "release_table", "release_updates"]

@@ -260,8 +260,18 @@ def _servable(finalized: Finalized, *supported: Mapping[str, tuple[int, int]]) -
     return known
 
 
+def _supported_max(*supported: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+    """Per feature some gateway lists, describe's SupportedMaxVersion: the lowest max
+    over the live gateways (one that does not list it supports level 0 only)."""
+    names = {name for ranges in supported for name in ranges}
+    return {name: min(ranges.get(name, (0, 0))[1] for ranges in supported) for name in names}
+
+
 def _requested_updates(
-    args: argparse.Namespace, finalized: Finalized, known: set[str]
+    args: argparse.Namespace,
+    finalized: Finalized,
+    known: set[str],
+    supported_max: Mapping[str, int] | None = None,
 ) -> list[FeatureUpdate]:
     """The FeatureUpdates the command line asks for, given the levels read.
 
@@ -274,10 +284,54 @@ def _requested_updates(
     if args.release_version is None:
         return feature_updates(args.command, args.feature, unsafe=unsafe)
     levels = release_table().levels(args.release_version)
-    wanted, notes = release_updates(levels, known, dict(finalized.levels), args.command)
+    wanted, notes = release_updates(
+        levels, known, dict(finalized.levels), args.command, supported_max
+    )
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return feature_updates(args.command, sorted(wanted.items()), unsafe=unsafe)
+
+
+def _already_there(
+    updates: list[FeatureUpdate], finalized: Finalized
+) -> tuple[list[FeatureUpdate], list[str]]:
+    """(the updates that change something, a line per feature already at its level).
+
+    An operator re-running a step that is done (a plan's command pasted twice, a script
+    that retries) expects a no-op, not the ZooKeeper-mode refusal "Can not upgrade ...
+    to the same value" (KRaft also takes it as a no-op); disabling a feature that is
+    not finalized is one too.
+    """
+    todo, done = [], []
+    for update in updates:
+        now = finalized.level(update.feature)
+        if update.level == now:
+            state = "not finalized" if now == 0 else f"already at level {now}"
+            done.append(f"{update.feature}: {state} (nothing to change)")
+        else:
+            todo.append(update)
+    return todo, done
+
+
+def _all_done(args: argparse.Namespace, finalized: Finalized, done: list[str]) -> int:
+    """Every update asked for is already in place: say so, exit 0."""
+    if args.output == "json":
+        document = {
+            "command": args.command,
+            "ok": True,
+            "dry_run": bool(args.dry_run),
+            "old_epoch": finalized.epoch,
+            "new_epoch": None,
+            "changes": [],
+            "errors": [],
+            "conflict": None,
+            "unchanged": done,
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        for line in done:
+            print(line)
+    return EXIT_OK
 
 
 def _nothing_to_change(args: argparse.Namespace) -> int:
@@ -299,6 +353,8 @@ def update(args: argparse.Namespace) -> int:
         outcome = _update_via_kafka(args)
         if outcome is None:
             return _nothing_to_change(args)
+        if isinstance(outcome, tuple):
+            return _all_done(args, *outcome)
     else:
         # The audit line (features.changed) goes to stderr as JSON, apart from the output.
         configure_logging("json", "info")
@@ -309,9 +365,16 @@ def update(args: argparse.Namespace) -> int:
                 _feature_names(args), _known_features(finalized, *supported.values())
             )
             known = _servable(finalized, *supported.values())
-            updates = _requested_updates(args, finalized, known)
+            updates = _requested_updates(
+                args, finalized, known, _supported_max(*supported.values())
+            )
             if not updates:
                 return _nothing_to_change(args)
+            updates, done = _already_there(updates, finalized)
+            if not updates:
+                return _all_done(args, finalized, done)
+            for line in done:
+                print(f"note: {line}", file=sys.stderr)
             plan = plan_updates(args.command, finalized, supported, updates)
             outcome = Outcome(plan, dry_run=args.dry_run)
             if plan.ok and not args.dry_run:
@@ -336,8 +399,9 @@ def update(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.ok else EXIT_REJECTED
 
 
-def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
-    """finalize/downgrade/disable through a gateway; None when there is nothing to do.
+def _update_via_kafka(args: argparse.Namespace) -> Outcome | tuple[Finalized, list[str]] | None:
+    """finalize/downgrade/disable through a gateway; None when there is nothing to do,
+    (levels read, a line per feature) when every update asked for is already in place.
 
     Validation first (UpdateFeatures v1 ValidateOnly, or locally against the gateway's
     advertised support from a v0-only peer), so that a refusal changes nothing and
@@ -351,9 +415,14 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | None:
         finalized = described.finalized
         check_feature_names(_feature_names(args), _known_features(finalized, described.supported))
         known = _servable(finalized, described.supported)
-        updates = _requested_updates(args, finalized, known)
+        updates = _requested_updates(args, finalized, known, _supported_max(described.supported))
         if not updates:
             return None
+        updates, done = _already_there(updates, finalized)
+        if not updates:
+            return finalized, done
+        for line in done:
+            print(f"note: {line}", file=sys.stderr)
         versions = update_features_range(described)
         if versions is None:
             raise CliError(

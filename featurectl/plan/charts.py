@@ -32,15 +32,44 @@ def _top_series(
     return series
 
 
+def time_format(span_s: float) -> tuple[str, str]:
+    """(tick format, axis label) for a window ``span_s`` long: every tick must read
+    differently, so seconds on a short window and dates on a long one (UTC)."""
+    if span_s <= 15 * 60:
+        return "%H:%M:%S", "time (UTC, {day})"
+    if span_s <= 36 * 3600:
+        return "%H:%M", "time (UTC, {day})"
+    if span_s <= 14 * 86400:
+        return "%m-%d %H:%M", "time (UTC, {year})"
+    return "%Y-%m-%d", "date (UTC)"
+
+
+def _time_axis(ax: Any, times: Sequence[datetime]) -> None:
+    """Ticks and their format by the window's span (``time_format``)."""
+    import matplotlib.dates as mdates
+
+    if not times:
+        return
+    first, last = min(times), max(times)
+    pattern, label = time_format((last - first).total_seconds())
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=4, maxticks=10))
+    ax.xaxis.set_major_formatter(mdates.DateFormatter(pattern, tz=UTC))
+    day = first.strftime("%Y-%m-%d")
+    if last.date() != first.date():
+        day += " to " + last.strftime("%Y-%m-%d")
+    ax.set_xlabel(label.format(day=day, year=first.strftime("%Y")))
+
+
 def _time_chart(
     series: Mapping[str, Mapping[int, float]], title: str, ylabel: str, path: Path
 ) -> None:
-    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 4.5))
+    times: list[datetime] = []
     for label in sorted(series):
         points = sorted(series[label].items())
+        times += [datetime.fromtimestamp(t, UTC) for t, _ in points]
         ax.plot(
             [datetime.fromtimestamp(t, UTC) for t, _ in points],
             [v for _, v in points],
@@ -49,7 +78,7 @@ def _time_chart(
         )
     ax.set_title(title)
     ax.set_ylabel(ylabel)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+    _time_axis(ax, times)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.autofmt_xdate()
@@ -69,7 +98,11 @@ def _api_version_chart(
     totals: dict[tuple[str, int], float] = defaultdict(float)
     keys: dict[str, int] = {}
     for u in usage:
-        if u["api"] is None or u["api_version"] is None:
+        # Refusals a gateway could not attribute were once labelled key -1, version -1:
+        # no cell of the grid (index -1 would draw them in the last column).
+        if u["api"] is None or u["api_version"] is None or u["api_version"] < 0:
+            continue
+        if u["api_key"] is None or u["api_key"] < 0:
             continue
         totals[(u["api"], u["api_version"])] += u["requests"] or 0.0
         keys[u["api"]] = u["api_key"]
@@ -145,4 +178,4 @@ def render_charts(data: PlanData, directory: Path) -> list[Path]:
     return written
 
 
-__all__ = ["CHART_SERIES", "render_charts"]
+__all__ = ["CHART_SERIES", "render_charts", "time_format"]

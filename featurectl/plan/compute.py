@@ -43,7 +43,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """
     from pyspark.sql import functions as F
 
-    from featurectl.plan import decide, readers, tally
+    from featurectl.plan import clients, decide, readers, tally
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
@@ -92,15 +92,17 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     last = max(r["last_ts"] for r in span_rows)
     bucket_s = max(1, int((last - first).total_seconds() / CHART_BUCKETS) + 1)
     increases = tx.counter_increases(keyed, spans)
-    gauges = [m for m in tx.PLAN_METRICS if m != tx.REQUESTS] if snapshot is None else []
+    counters = (tx.REQUESTS, tx.REJECTED)
+    gauges = [m for m in tx.PLAN_METRICS if m not in counters] if snapshot is None else []
     small = tx.labelled(keyed, labels_frame, [tx.CONNECTIONS, *gauges])
     frames = [
         tx.request_usage(increases, bucket_s, tally.gated_label_ids(label_rows, levels)),
         tx.connections_by_bucket(small, spans, bucket_s),
+        tx.refusal_usage(tx.counter_increases(keyed, spans, tx.REJECTED)),
     ]
     if snapshot is None:
         frames += metrics_state_frames(small, spans)
-    usage_rows, connection_rows, *state_rows = (
+    usage_rows, connection_rows, refusal_rows, *state_rows = (
         [_row(r) for r in part] for part in _collect_together(*frames)
     )
     state = snapshot or metrics_state(inputs, *state_rows)
@@ -120,6 +122,36 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     verdict_rows = decide.verdicts(
         targets, state.finalized, blocker_rows, client_dicts, len(state.gateway_ids)
     )
+    who = _who(inputs, labels, refusal_rows, usage, client_dicts, levels)
+    clients.annotate_verdicts(verdict_rows, client_dicts, inputs.catalogue, who["index"])
+    registrations = {r["gateway_id"]: r for r in state.doc.get("registrations", [])}
+    for b in blocker_rows:
+        b["reason"] = clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"])
+        b["lacks"] = clients.lacks_text(
+            clients.missing_gates(inputs.catalogue, b["feature"], b["max_level"], b["level"])
+        )
+    for f in features:
+        # Why the highest level everywhere is below the catalogue's: the gateways at it.
+        high = f["cluster_max_level"]
+        if high is None or high >= f["catalogue_max_level"]:
+            continue
+        capped = decide.blocking_gateways(
+            {f["feature"]: high + 1}, state.gateway_ids, state.support
+        )
+        f["capped_by"] = [
+            {
+                **b,
+                "reason": clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"]),
+                "lacks": clients.lacks_text(
+                    clients.missing_gates(inputs.catalogue, b["feature"], b["max_level"], high + 1)
+                ),
+            }
+            for b in capped
+        ]
+    broken, wanting = clients.classify_refusals(
+        who["refusals"], inputs.catalogue, state.finalized, features, usage, who["index"],
+        state.doc,
+    )  # fmt: skip
     clock.lap("verdicts")
 
     connections_series = tally.connections_series(connection_rows)
@@ -163,7 +195,39 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         connections_series=connections_series,
         gated_series=gated_series,
         timings=clock.timings,
+        refusals=who["refusals"],
+        broken_now=broken,
+        wanting=wanting,
+        versions_by_client=who["versions"],
+        identities=who["identities"],
     )
+
+
+def _who(
+    inputs: PlanInputs,
+    labels: Mapping[int, Mapping[str, Any]],
+    refusal_rows: Sequence[Mapping[str, Any]],
+    usage: Sequence[Mapping[str, Any]],
+    client_dicts: Sequence[Mapping[str, Any]],
+    levels: Mapping[tuple[int, int], tuple[str, int]],
+) -> dict[str, Any]:
+    """The clients' identities (the gateways' client records where the dataset has
+    them), their refusals and the API-version-by-client rows."""
+    from featurectl.plan import clients, tally
+
+    identities = clients.load_identities(inputs.metrics)
+    index = clients.identity_index(identities)
+    refusals = tally.refusal_usage(refusal_rows, labels)
+    if identities and not any(clients.attributed(r) for r in refusals):
+        # An older counter (reason only): the records say who was refused what.
+        refusals = clients.refusals_from_identities(identities) or refusals
+    gated = {(c["api_key"], c["api_version"]) for c in client_dicts} | set(levels)
+    return {
+        "index": index,
+        "identities": len(identities),
+        "refusals": refusals,
+        "versions": clients.versions_by_client(usage, gated, index, refusals),
+    }
 
 
 def _collect_together(*frames: DataFrame) -> list[list[dict[str, Any]]]:

@@ -186,10 +186,21 @@ def _print_summary(data: PlanData, written: Mapping[str, Path]) -> None:
         status = "safe now" if v["safe"] else "NOT safe yet"
         detail = ""
         if v["blocking_gateways"]:
-            detail += f"; upgrade gateways first: {', '.join(v['blocking_gateways'])}"
+            lacks = sorted(
+                {
+                    b["lacks"]
+                    for b in data.blockers
+                    if b["feature"] == v["feature"] and b["level"] == v["level"] and b.get("lacks")
+                }
+            )
+            why = f" (their upstreams lack {'; '.join(lacks)})" if lacks else ""
+            detail += f"; upgrade gateways first: {', '.join(v['blocking_gateways'])}{why}"
         if v["blocking_clients"]:
             names = ", ".join(client_label(c) for c in v["blocking_clients"])
             detail += f"; clients still using it: {names}"
+        if v.get("reconnecting_clients"):
+            names = ", ".join(client_label(c) for c in v["reconnecting_clients"])
+            detail += f"; these reconnect and renegotiate: {names}"
         print(
             f"  {v['feature']}: {v['current_level']} -> {v['level']} ({v['kind']}): "
             f"{status}{detail}"

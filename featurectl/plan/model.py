@@ -49,6 +49,16 @@ class PlanData:
     connections_series: list[dict[str, Any]]
     gated_series: list[dict[str, Any]]
     timings: dict[str, float] = field(default_factory=dict)
+    # Refused requests per reason, API version and client (tally.refusal_usage), and
+    # what they mean (clients.classify_refusals): no feature level fixes them, or one does.
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    broken_now: list[dict[str, Any]] = field(default_factory=list)
+    wanting: list[dict[str, Any]] = field(default_factory=list)
+    # Per client software: the API versions it used (clients.versions_by_client).
+    versions_by_client: list[dict[str, Any]] = field(default_factory=list)
+    # How many client records (readers.read_clients) the plan had: 0 means the client
+    # ids and addresses are unknown (the metric labels name only the software).
+    identities: int = 0
 
 
 __all__ = ["DEFAULT_OUT", "PlanData", "PlanInputs", "UsageError"]

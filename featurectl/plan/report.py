@@ -52,11 +52,22 @@ def plan_document(
         "dataset": dataset,
         "state": {**data.state, "time": iso_time(data.state.get("time_ms"))},
         "features": data.features,
-        "verdicts": data.verdicts,
+        "verdicts": [
+            {**v, "losses": with_times(v["losses"], "last_seen")} if "losses" in v else v
+            for v in data.verdicts
+        ],
         "blocking_gateways": data.blockers,
         "clients": with_times(data.clients, "first_seen", "last_seen"),
         # Every API version each client software used (gated or not), busiest first.
         "api_usage": with_times(sorted(data.usage, key=_usage_order), "first_seen", "last_seen"),
+        # Refused requests by reason, API version and client; those no level fixes
+        # (broken now) and those a level would fix (wanting), each with its remedy.
+        "refusals": with_times(data.refusals, "first_seen", "last_seen"),
+        "broken_now": with_times(data.broken_now, "first_seen", "last_seen"),
+        "wanting": with_times(data.wanting, "first_seen", "last_seen"),
+        # Per client software: every API version it used, client ids and addresses.
+        "api_versions_by_client": with_times(data.versions_by_client, "first_seen", "last_seen"),
+        "identities": data.identities,
         "steps": steps,
         "charts": list(charts),
         "timings_s": data.timings,

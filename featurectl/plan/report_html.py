@@ -9,15 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from featurectl.plan.sections import (
+    BROKEN_INTRO,
     CLIENTS_INTRO,
+    LOSSES_INTRO,
     NO_GATED_CLIENTS,
+    NOBODY_WANTING,
+    NOTHING_BROKEN,
     NOTHING_TO_PLAN,
     REPORT_CLIENT_ROWS,
+    VERSIONS_INTRO,
+    WANTING_INTRO,
+    broken_table,
     client_table,
     feature_table,
+    losses_table,
     notes,
     summary,
     verdict_table,
+    versions_table,
+    wanting_table,
 )
 
 _CSS = """
@@ -25,7 +35,8 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100p
        padding: 0 1em; color: #1d1d1f; }
 h1 { font-size: 1.6em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
 th { background: #f3f3f3; }
 .unsafe { color: #b00020; font-weight: 600; } .safe { color: #1b7f3b; }
 .note { background: #fff6d6; border-left: 4px solid #e0b000; padding: .5em 1em; }
@@ -43,6 +54,12 @@ def _html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _more(rows: Sequence[Any]) -> list[str]:
+    if len(rows) <= REPORT_CLIENT_ROWS:
+        return []
+    return [f"<p>({len(rows) - REPORT_CLIENT_ROWS} more rows in plan.json)</p>"]
 
 
 def render_html(doc: Mapping[str, Any], out: Path) -> str:
@@ -67,6 +84,15 @@ def render_html(doc: Mapping[str, Any], out: Path) -> str:
         parts.append(_html_table(*verdict_table(doc)))
     else:
         parts.append(f"<p>{escape(NOTHING_TO_PLAN)}</p>")
+    for anchor, title, intro, rows, table, empty in (
+        ("broken-now", "Broken now", BROKEN_INTRO, doc.get("broken_now", []), broken_table,
+         NOTHING_BROKEN),
+        ("wanting", "Clients that want a feature they cannot get", WANTING_INTRO,
+         doc.get("wanting", []), wanting_table, NOBODY_WANTING),
+    ):  # fmt: skip
+        parts += [f'<h2 id="{anchor}">{escape(title)}</h2>', f"<p>{escape(intro)}</p>"]
+        parts.append(_html_table(*table(rows)) if rows else f"<p>{escape(empty)}</p>")
+        parts += _more(rows)
     parts.append('<h2 id="steps">Steps</h2>')
     if doc["steps"]:
         parts.append("<ol>")
@@ -89,14 +115,29 @@ def render_html(doc: Mapping[str, Any], out: Path) -> str:
                 f'<figure id="chart-{escape(name)}"><img alt="{escape(name)}" '
                 f'src="data:image/png;base64,{data}"></figure>'
             )
+    losses = losses_table(doc)
+    if losses[1]:
+        parts += [
+            '<h2 id="losses">Who loses what, per target</h2>',
+            f"<p>{escape(LOSSES_INTRO)}</p>",
+            _html_table(*losses),
+        ]
     parts += ['<h2 id="features">Features</h2>', _html_table(*feature_table(doc))]
+    by_client = doc.get("api_versions_by_client", [])
+    if by_client:
+        parts += [
+            '<h2 id="api-versions-by-client">API versions by client</h2>',
+            f"<p>{escape(VERSIONS_INTRO)}</p>",
+            _html_table(*versions_table(doc)),
+            *_more(by_client),
+        ]
     parts += [
         '<h2 id="clients">Clients on gated API versions</h2>',
         f"<p>{escape(CLIENTS_INTRO)}</p>",
     ]
     clients = doc["clients"]
     if clients:
-        parts.append(_html_table(*client_table(clients)))
+        parts.append(_html_table(*client_table(clients, doc["dataset"].get("start"))))
         if len(clients) > REPORT_CLIENT_ROWS:
             parts.append(f"<p>({len(clients) - REPORT_CLIENT_ROWS} more rows in plan.json)</p>")
     else:

@@ -7,15 +7,25 @@ from pathlib import Path
 from typing import Any
 
 from featurectl.plan.sections import (
+    BROKEN_INTRO,
     CLIENTS_INTRO,
+    LOSSES_INTRO,
     NO_GATED_CLIENTS,
+    NOBODY_WANTING,
+    NOTHING_BROKEN,
     NOTHING_TO_PLAN,
     REPORT_CLIENT_ROWS,
+    VERSIONS_INTRO,
+    WANTING_INTRO,
+    broken_table,
     client_table,
     feature_table,
+    losses_table,
     notes,
     summary,
     verdict_table,
+    versions_table,
+    wanting_table,
 )
 
 
@@ -26,6 +36,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return out
+
+
+def _more(lines: list[str], rows: Sequence[Any]) -> None:
+    if len(rows) > REPORT_CLIENT_ROWS:
+        lines.append(f"\n({len(rows) - REPORT_CLIENT_ROWS} more rows in plan.json)")
 
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
@@ -40,6 +55,15 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     else:
         lines.append(NOTHING_TO_PLAN)
 
+    lines += ["", "## Broken now", "", BROKEN_INTRO, ""]
+    broken = doc.get("broken_now", [])
+    lines += _table(*broken_table(broken)) if broken else [NOTHING_BROKEN]
+    _more(lines, broken)
+    lines += ["", "## Clients that want a feature they cannot get", "", WANTING_INTRO, ""]
+    wanting = doc.get("wanting", [])
+    lines += _table(*wanting_table(wanting)) if wanting else [NOBODY_WANTING]
+    _more(lines, wanting)
+
     lines += ["", "## Steps", ""]
     if not doc["steps"]:
         lines.append("Nothing to do.")
@@ -48,8 +72,17 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append(f"{step['step']}. **{step['kind']}**{marker}: {step['action']}")
         if step["command"]:
             lines += ["", "   ```sh", f"   {step['command']}", "   ```"]
+    losses = losses_table(doc)
+    if losses[1]:
+        lines += ["", "## Who loses what, per target", "", LOSSES_INTRO, ""]
+        lines += _table(*losses)
     lines += ["", "## Features", ""]
     lines += _table(*feature_table(doc))
+    by_client = doc.get("api_versions_by_client", [])
+    if by_client:
+        lines += ["", "## API versions by client", "", VERSIONS_INTRO, ""]
+        lines += _table(*versions_table(doc))
+        _more(lines, by_client)
     lines += [
         "",
         "## Clients on gated API versions",
@@ -59,7 +92,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     ]
     clients = doc["clients"]
     if clients:
-        lines += _table(*client_table(clients))
+        lines += _table(*client_table(clients, doc["dataset"].get("start")))
         if len(clients) > REPORT_CLIENT_ROWS:
             lines.append(f"\n({len(clients) - REPORT_CLIENT_ROWS} more rows in plan.json)")
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from featurectl.plan.clients import capped_summary
 from featurectl.plan.decide import client_label
 
 # Rows of the clients table in the reports (plan.json has all of them).
@@ -26,7 +27,55 @@ CLIENTS_INTRO = (
     "is the last scrape where the count grew."
 )
 
+BROKEN_INTRO = (
+    "Requests the gateways refused in the window that no feature level fixes, by client: "
+    "these clients are failing now (kafka_gateway_rejected_requests_total)."
+)
+NOTHING_BROKEN = "No request was refused in the window."
+WANTING_INTRO = (
+    "Clients refused an API version a feature level would give them (for example KIP-848 "
+    "consumers refused ConsumerGroupHeartbeat): the level, and what it takes."
+)
+NOBODY_WANTING = "No client was refused an API version that a feature level would give it."
+LOSSES_INTRO = (
+    "Per target below the finalized level: which clients negotiated API versions it "
+    "withholds, and what happens to them."
+)
+VERSIONS_INTRO = (
+    "Every API version each client software used in the window (* needs a feature level), "
+    "with what it was refused."
+)
+NO_IDENTITIES = (
+    "The dataset has no client records (gateways or a collect from before them): clients "
+    "are named by their software labels only, without client ids or addresses, and first "
+    "seen is the first sample in the window where a client's count grew."
+)
+# Addresses and client ids shown per row (plan.json has all of them).
+SHOWN = 3
+
 Table = tuple[list[str], list[tuple[Any, ...]]]
+
+
+def _some(values: Sequence[Any] | None) -> str:
+    values = list(values or [])
+    if not values:
+        return "-"
+    more = f" (+{len(values) - SHOWN})" if len(values) > SHOWN else ""
+    return ", ".join(str(v) for v in values[:SHOWN]) + more
+
+
+def _client(row: Mapping[str, Any]) -> str:
+    name = row.get("client_software_name")
+    if name is None:
+        return "(not labelled)"
+    return client_label(row)
+
+
+def _first_seen(value: Any, start: str | None) -> Any:
+    """A first-seen time at the window's start was seen before it: say so."""
+    if value is not None and start is not None and value <= start:
+        return f"≤ {value} (before the window)"
+    return value
 
 
 def notes(doc: Mapping[str, Any]) -> list[str]:
@@ -38,6 +87,8 @@ def notes(doc: Mapping[str, Any]) -> list[str]:
             "the gateways' own gauges at their last scrape. Pass --zookeeper for the live "
             "registry."
         )
+    if not doc.get("identities") and doc.get("api_versions_by_client") is not None:
+        said.append(NO_IDENTITIES)
     if any(g["scrapes"] < 2 for g in doc["dataset"]["gateway_spans"]):
         said.append(
             "Some gateways were scraped only once: their request counts are totals since the "
@@ -64,7 +115,15 @@ def summary(doc: Mapping[str, Any]) -> tuple[str, str]:
 
 def verdict_table(doc: Mapping[str, Any], unsafe: str = "no") -> Table:
     return (
-        ["feature", "change", "kind", "safe now", "blocking gateways", "blocking clients"],
+        [
+            "feature",
+            "change",
+            "kind",
+            "safe now",
+            "blocking gateways",
+            "blocking clients",
+            "clients that reconnect",
+        ],
         [
             (
                 v["feature"],
@@ -73,6 +132,7 @@ def verdict_table(doc: Mapping[str, Any], unsafe: str = "no") -> Table:
                 "yes" if v["safe"] else unsafe,
                 ", ".join(v["blocking_gateways"]) or "-",
                 ", ".join(client_label(c) for c in v["blocking_clients"]) or "-",
+                ", ".join(client_label(c) for c in v.get("reconnecting_clients", [])) or "-",
             )
             for v in doc["verdicts"]
         ],
@@ -80,6 +140,11 @@ def verdict_table(doc: Mapping[str, Any], unsafe: str = "no") -> Table:
 
 
 def feature_table(doc: Mapping[str, Any]) -> Table:
+    capped = {
+        f["feature"]: capped_summary(f["capped_by"], f["feature"], f["cluster_max_level"] + 1)
+        for f in doc["features"]
+        if f.get("capped_by")
+    }
     return (
         [
             "feature",
@@ -87,6 +152,7 @@ def feature_table(doc: Mapping[str, Any]) -> Table:
             "highest level every live gateway supports",
             "catalogue max",
             "gateways",
+            "capped by",
         ],
         [
             (
@@ -95,13 +161,140 @@ def feature_table(doc: Mapping[str, Any]) -> Table:
                 f["cluster_max_level"],
                 f["catalogue_max_level"],
                 f["live_gateways"],
+                capped.get(f["feature"], "-"),
             )
             for f in doc["features"]
         ],
     )
 
 
-def client_table(clients: Sequence[Mapping[str, Any]]) -> Table:
+def broken_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    return (
+        [
+            "client software",
+            "client ids",
+            "addresses",
+            "API",
+            "version",
+            "reason",
+            "refused",
+            "gateways",
+            "last refused",
+            "remedy",
+        ],
+        [
+            (
+                _client(r),
+                _some(r.get("client_ids")),
+                _some(r.get("peers")),
+                r.get("api") or "-",
+                "-" if r.get("api_version") in (None, -1) else r["api_version"],
+                r["reason"],
+                f"{r['requests']:,.0f}",
+                _some(r.get("gateways")),
+                r.get("last_seen"),
+                r["remedy"],
+            )
+            for r in rows[:REPORT_CLIENT_ROWS]
+        ],
+    )
+
+
+def wanting_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    return (
+        [
+            "client software",
+            "client ids",
+            "addresses",
+            "API",
+            "version",
+            "reason",
+            "refused",
+            "needs",
+            "what it takes",
+            "command",
+        ],
+        [
+            (
+                _client(r),
+                _some(r.get("client_ids")),
+                _some(r.get("peers")),
+                r["api"],
+                r["api_version"],
+                r["reason"],
+                f"{r['requests']:,.0f}",
+                f"{r['feature']}={r['level']}",
+                r["remedy"],
+                r.get("command") or "-",
+            )
+            for r in rows[:REPORT_CLIENT_ROWS]
+        ],
+    )
+
+
+def losses_table(doc: Mapping[str, Any]) -> Table:
+    return (
+        [
+            "target",
+            "client software",
+            "client ids",
+            "addresses",
+            "API",
+            "versions used",
+            "allowed after",
+            "requests",
+            "remedy",
+        ],
+        [
+            (
+                f"{v['feature']} {v['current_level']} → {v['level']}",
+                _client(x),
+                _some(x.get("client_ids")),
+                _some(x.get("peers")),
+                x["api"],
+                ", ".join(f"v{n}" for n in x["versions"]),
+                "none" if x["allowed_max"] < 0 else f"v{x['allowed_max']} and lower",
+                f"{x['requests']:,.0f}",
+                x["remedy_text"],
+            )
+            for v in doc["verdicts"]
+            for x in v.get("losses", [])
+        ],
+    )
+
+
+def versions_table(doc: Mapping[str, Any]) -> Table:
+    start = doc["dataset"].get("start")
+    return (
+        [
+            "client software",
+            "client ids",
+            "addresses",
+            "API versions used",
+            "requests",
+            "first seen",
+            "last seen",
+            "gateways",
+            "refused",
+        ],
+        [
+            (
+                _client(c),
+                _some(c.get("client_ids")),
+                _some(c.get("peers")),
+                "; ".join(f"{a['api']} {','.join(a['versions'])}" for a in c["apis"]) or "-",
+                f"{c['requests']:,.0f}",
+                _first_seen(c.get("first_seen"), start),
+                c.get("last_seen"),
+                len(c.get("gateways", [])),
+                "; ".join(c.get("refused", [])) or "-",
+            )
+            for c in doc.get("api_versions_by_client", [])[:REPORT_CLIENT_ROWS]
+        ],
+    )
+
+
+def client_table(clients: Sequence[Mapping[str, Any]], start: str | None = None) -> Table:
     return (
         [
             "feature",
@@ -126,7 +319,7 @@ def client_table(clients: Sequence[Mapping[str, Any]]) -> Table:
                 f"{c['requests']:,.0f}",
                 f"{c['connections_now']:g}",
                 f"{c['connections_peak']:g}",
-                c["first_seen"],
+                _first_seen(c["first_seen"], start),
                 c["last_seen"],
                 len(c["gateways"]),
             )
@@ -136,14 +329,25 @@ def client_table(clients: Sequence[Mapping[str, Any]]) -> Table:
 
 
 __all__ = [
+    "BROKEN_INTRO",
     "CLIENTS_INTRO",
+    "LOSSES_INTRO",
+    "NOBODY_WANTING",
+    "NOTHING_BROKEN",
     "NOTHING_TO_PLAN",
     "NO_GATED_CLIENTS",
+    "NO_IDENTITIES",
     "REPORT_CLIENT_ROWS",
+    "VERSIONS_INTRO",
+    "WANTING_INTRO",
     "Table",
+    "broken_table",
     "client_table",
     "feature_table",
+    "losses_table",
     "notes",
     "summary",
     "verdict_table",
+    "versions_table",
+    "wanting_table",
 ]

@@ -10,7 +10,13 @@ The fleet tells a story the planner must get right:
   tenth of the window only: it has a last-seen time, and no increase after it;
 * librdkafka 2.3.0 is replaced by 2.6.1 during the window (connections move over), and
   2.6.1 appears only after the first third (newborn series);
-* gateway 1 restarts at 60 % of the window (every counter resets to 0).
+* gateway 1 restarts at 60 % of the window (every counter resets to 0);
+* refusals (``REFUSED``): kafka-python 1.4.7, pinned to api_version (0,10), is refused
+  every Produce v2 (unsupported_version: broken now, and the remedy is the library, not a
+  level); a Kafka Streams 4.1.0 app is refused StreamsGroupHeartbeat from mid-window
+  (gated_by_feature: it wants streams.version=1). The old gateways are an older build
+  whose refusal counter has only a ``reason`` label (the plan must say it cannot tell
+  who); the others label refusals by API and client.
 
 ``python -m featurectl.plan.synth --out DIR --samples 10000000`` writes about 10 million
 samples (one ``.prom`` file per gateway per scrape); ``generate()`` is the library call.
@@ -42,6 +48,11 @@ LISTENERS = ("plain", "tls")
 FINALIZED = {"group.version": 1, "transaction.version": 1}
 LATENCY_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 REJECT_REASONS = ("oversize_frame", "unknown_api_key", "unsupported_version", "gated_by_feature")
+# (client name, version, api_key, api_version, reason, refusals per second, present from)
+REFUSED: tuple[tuple[str, str, int, int, str, float, float], ...] = (
+    ("kafka-python", "1.4.7", 0, 2, "unsupported_version", 0.4, 0.0),
+    ("apache-kafka-streams", "4.1.0", 88, 0, "gated_by_feature", 0.2, 0.5),
+)
 
 # (api_key, version, requests per second per connection)
 Usage = tuple[int, int, float]
@@ -248,11 +259,15 @@ class _Gateway:
         self.counts = [0.0] * len(self.series)
         self.latency: dict[str, list[float]] = {}
         self.rejected = [0] * len(REJECT_REASONS)
+        # Older builds label refusals by reason only.
+        self.labelled_refusals = index >= spec.old_gateways
+        self.refused = [0.0] * len(REFUSED)
 
     def restart(self) -> None:
         self.counts = [0.0] * len(self.series)
         self.latency = {}
         self.rejected = [0] * len(REJECT_REASONS)
+        self.refused = [0.0] * len(REFUSED)
 
     def scrape(self, fraction: float) -> tuple[str, int]:
         """The exposition text at this point of the window and its number of samples."""
@@ -324,9 +339,41 @@ class _Gateway:
         out.append("# TYPE kafka_gateway_rejected_requests_total counter")
         for i, reason in enumerate(REJECT_REASONS):
             self.rejected[i] += rng.random() < 0.01
+            labels: tuple[tuple[str, str], ...] = (("reason", reason),)
+            if self.labelled_refusals and reason not in ("oversize_frame", "unknown_api_key"):
+                continue  # a newer build names the API and client of these (REFUSED)
+            if self.labelled_refusals:
+                # Frames refused before their header was read: no API, no client.
+                labels = (
+                    ("listener", LISTENERS[0]),
+                    ("reason", reason),
+                    ("api_key", "-1"),
+                    ("api", "Unknown"),
+                    ("api_version", "-1"),
+                    ("client_software_name", "unknown"),
+                    ("client_software_version", "unknown"),
+                )
             out.append(
-                f'kafka_gateway_rejected_requests_total{{reason="{reason}"}} '
+                f"kafka_gateway_rejected_requests_total{_format_labels(labels)} "
                 f"{float(self.rejected[i])}"
+            )
+        for i, (name, version, key, api_version, reason, rate, start) in enumerate(REFUSED):
+            if not self.labelled_refusals or (fraction < start and self.refused[i] == 0.0):
+                continue
+            if fraction >= start:
+                self.refused[i] += float(round(rate * self.scale * interval))
+            found = api_spec(key)
+            labels = (
+                ("listener", LISTENERS[0]),
+                ("reason", reason),
+                ("api_key", str(key)),
+                ("api", found.name if found else "Unknown"),
+                ("api_version", str(api_version)),
+                ("client_software_name", name),
+                ("client_software_version", version),
+            )
+            out.append(
+                f"kafka_gateway_rejected_requests_total{_format_labels(labels)} {self.refused[i]}"
             )
         out.append("# TYPE kafka_gateway_feature_finalized_level gauge")
         for name, level in sorted(FINALIZED.items()):

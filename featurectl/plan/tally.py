@@ -89,6 +89,38 @@ def api_usage(series: Iterable[Row], labels: Mapping[int, Row]) -> list[dict[str
     return out
 
 
+def refusal_usage(series: Iterable[Row], labels: Mapping[int, Row]) -> list[dict[str, Any]]:
+    """Per reason, API version and client software: requests refused, first/last seen,
+    gateways (rows that refused nothing in the window left out). A gateway that labels
+    refusals by ``reason`` only gives rows whose API and client are null."""
+    groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    for row in series:
+        label = labels[row["label_id"]]
+        key = (label["reason"], label["api_key"], label["api"], label["api_version"])
+        groups[(*key, *_client(label))].append(row)
+    out = []
+    for key, rows in groups.items():
+        requests = sum(r["requests"] for r in rows if r["requests"] is not None)
+        if requests <= 0:
+            continue
+        first = [r["first_seen"] for r in rows if r["first_seen"] is not None]
+        last = [r["last_seen"] for r in rows if r["last_seen"] is not None]
+        out.append(
+            {
+                **dict(zip(("reason", "api_key", "api", "api_version", *CLIENT), key, strict=True)),
+                "requests": float(requests),
+                "first_seen": min(first, default=None),
+                "last_seen": max(last, default=None),
+                "gateways": sorted({r["gateway_id"] for r in rows if r["requests"]}),
+            }
+        )
+    return sorted(out, key=lambda r: (-r["requests"], *_order(*key_of(r))))
+
+
+def key_of(row: Row) -> tuple[Any, ...]:
+    return tuple(row[k] for k in ("reason", "api_key", "api_version", *CLIENT))
+
+
 def connections_per_client(buckets: Iterable[Row]) -> dict[Client, tuple[float, float]]:
     """Per client software: (connections at peak, connections now), over all buckets."""
     peak: dict[Client, float] = {}
@@ -173,4 +205,5 @@ __all__ = [
     "gated_label_ids",
     "gated_levels",
     "gated_series",
+    "refusal_usage",
 ]

@@ -50,8 +50,11 @@ FINALIZED_EPOCH = "kafka_gateway_feature_finalized_epoch"
 SUPPORTED_MIN = "kafka_gateway_feature_supported_min_level"
 SUPPORTED_MAX = "kafka_gateway_feature_supported_max_level"
 INFO = "kafka_gateway_info"
+# Refused requests: ``reason`` always; newer gateways add the traffic labels too.
+REJECTED = "kafka_gateway_rejected_requests_total"
 PLAN_METRICS = (
     REQUESTS,
+    REJECTED,
     CONNECTIONS,
     FINALIZED_LEVEL,
     FINALIZED_EPOCH,
@@ -64,6 +67,7 @@ REQUEST_LABELS = TRAFFIC_LABELS
 # The labels the planner reads, flattened from the map; integers are cast once here.
 PLAN_LABELS = (
     *REQUEST_LABELS,
+    "reason",
     "feature",
     "gateway_version",
     "broker_software_name",
@@ -335,6 +339,17 @@ def request_usage(increases: DataFrame, bucket_s: int, gated: Sequence[int]) -> 
     )
 
 
+def refusal_usage(increases: DataFrame) -> DataFrame:
+    """Per series of the refusal counter (``counter_increases(..., REJECTED)``):
+    ``requests`` refused, ``first_seen``/``last_seen`` (the first and last sample where
+    it grew). A few rows: refusals are labelled by reason, API and client at most."""
+    return increases.groupBy("series", "gateway_id", "label_id").agg(
+        F.sum("increase").alias("requests"),
+        F.min(F.when(F.col("increase") > 0, F.col("ts"))).alias("first_seen"),
+        F.max(F.when(F.col("increase") > 0, F.col("ts"))).alias("last_seen"),
+    )
+
+
 def connections_by_bucket(samples: DataFrame, spans: DataFrame, bucket_s: int) -> DataFrame:
     """Connections per client software and time bucket, summed over gateways.
 
@@ -410,6 +425,7 @@ __all__ = [
     "LABEL_SETS_SCHEMA",
     "PLAN_LABELS",
     "PLAN_METRICS",
+    "REJECTED",
     "REQUESTS",
     "attach_scrapes",
     "connections_by_bucket",
@@ -423,6 +439,7 @@ __all__ = [
     "latest_per_gateway",
     "parse_exposition",
     "parse_labels",
+    "refusal_usage",
     "request_usage",
     "scrape_key",
     "split_samples",

@@ -307,10 +307,17 @@ def test_upgrade_and_dry_run_agree_with_featurectl(side: Callable[..., Side]) ->
     }
     assert a.read() == Finalized({ELR: 1, TV: 2, "group.version": 1}, 1)
 
-    # Refusals: the same level, a level no gateway serves, and an upgrade to a lower
-    # level: each with the gateway's own text, nothing written.
+    # The same level: the tool relays the gateway's ZooKeeper-mode refusal; featurectl,
+    # on purpose (issue 31: a step run twice is a no-op), says it is already there, exit 0.
+    same = ("upgrade", "--feature", f"{ELR}=1", "--dry-run")
+    refused = tool_verdict(a.tool(*same))
+    assert not refused.ok and "to the same value" in next(iter(refused.messages))
+    again = b.featurectl(*same)
+    assert again.returncode == 0, again
+    assert again.stdout == f"{ELR}: already at level 1 (nothing to change)\n"
+    # Refusals: a level no gateway serves and an upgrade to a lower level: each with
+    # the gateway's own text, nothing written.
     for args, text in [
-        (f"{ELR}=1", "to the same value"),
         (f"{ELR}=2", f"{GATEWAY_ID} (supports 0-1)"),
         (f"{TV}=1", "without setting the downgrade flag"),
     ]:

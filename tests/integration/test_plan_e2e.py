@@ -7,9 +7,14 @@ level 2 Metadata v12). Level 1 is finalized. While ``featurectl collect`` scrape
 second (until SIGTERM), confluent-kafka produces and consumes through "a", and a tool identifying
 itself with KIP-511 sends DescribeCluster v1 (the gated version) through "b".
 
+The same tool also asks gateway "a" for Metadata v12, which level 2 gates: refused
+(gated_by_feature), like a client that wants a feature it cannot get.
+
 ``featurectl plan`` must then say: finalizing level 2 is blocked by gateway "b"; the
 tool is the client still using what level 1 enables; confluent-kafka-python's Produce
-requests were counted.
+requests were counted; the refusals appear in the plan: attributed to the tool, as
+wanting test.version=2, where the gateway labels refusals by API and client, else as
+refusals nobody can attribute (an older gateway's counter has only a reason).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 import pyarrow.dataset
 import pytest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.metadata.v12.request import MetadataRequest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from featurectl.plan.columnar import SAMPLES
@@ -54,6 +60,7 @@ from tests.integration.test_features import (
 FEATURECTL = shell_command("featurectl")
 
 DESCRIBE_CLUSTER = 60
+METADATA = 3
 # What the harness's raw connection announces in ApiVersions v3 (KIP-511).
 TOOL = ("kafka-gateway-tests", "1")
 RUN_TIMEOUT_S = 300
@@ -88,6 +95,25 @@ def describe_cluster_v1(gw: GatewayProcess, times: int) -> None:
             )
             # throttle_time_ms int32, then error_code: 0 while the level is finalized.
             assert response.body[4:6] == b"\x00\x00"
+
+
+def metadata_v12(gw: GatewayProcess, times: int) -> None:
+    """Metadata v12 (needs test.version=2, not finalized): refused, UNSUPPORTED_VERSION."""
+    with KafkaConnection(gw.host, gw.port) as conn:
+        conn.api_versions(3)  # announces TOOL
+        for _ in range(times):
+            response = conn.request(
+                METADATA,
+                12,
+                MetadataRequest(
+                    topics=None,
+                    allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False,
+                ),
+            )
+            # throttle_time_ms int32, then the brokers array; the refusal is a top-level
+            # UNSUPPORTED_VERSION somewhere in it: the count is what the plan reads.
+            assert response.body
 
 
 def env() -> dict[str, str]:
@@ -146,6 +172,7 @@ def test_collect_then_plan_with_real_gateways_and_clients(
         client.produce(a.bootstrap, unique_topic, [b"a", b"b", b"c", b"d"], acks="all")
         assert client.consume_assigned(a.bootstrap, unique_topic, 4) == [b"a", b"b", b"c", b"d"]
         describe_cluster_v1(b, times=3)
+        metadata_v12(a, times=3)
         # Two more rounds, so a scrape surely saw all of it; then stop as an operator does.
         rounds = len(list((metrics / STATE).glob("*.json")))
         wait_for(lambda: len(list((metrics / STATE).glob("*.json"))) >= rounds + 2, what="rounds")
@@ -216,11 +243,15 @@ def test_collect_then_plan_with_real_gateways_and_clients(
         for c in plan["clients"]
         if (c["client_software_name"], c["client_software_version"]) == TOOL
     ]
-    assert [(c["api"], c["api_version"], c["feature"], c["level"]) for c in tool] == [
-        ("DescribeCluster", 1, FEATURE, 1)
+    # requests_total counts what clients asked for, refused or not: the Metadata v12
+    # that gw-a refused is there too, needing level 2.
+    assert sorted((c["api"], c["api_version"], c["feature"], c["level"]) for c in tool) == [
+        ("DescribeCluster", 1, FEATURE, 1),
+        ("Metadata", 12, FEATURE, 2),
     ]
-    assert tool[0]["requests"] >= 3 and tool[0]["gateways"] == ["gw-b"]
-    assert tool[0]["last_seen"] is not None
+    (describe,) = [c for c in tool if c["api"] == "DescribeCluster"]
+    assert describe["requests"] >= 3 and describe["gateways"] == ["gw-b"]
+    assert describe["last_seen"] is not None
 
     produce = [
         u
@@ -231,7 +262,32 @@ def test_collect_then_plan_with_real_gateways_and_clients(
     assert all(u["gateways"] == ["gw-a"] for u in produce)
     for chart in plan["charts"]:
         assert (plan_dir / chart).stat().st_size > 0
-    assert (plan_dir / "report.md").read_text().startswith("# kafka-gateway feature plan")
+    report = (plan_dir / "report.md").read_text()
+    assert report.startswith("# kafka-gateway feature plan")
+
+    # Why level 2 is capped: gw-b, named with the API version it lacks.
+    (capped,) = [b for b in plan["blocking_gateways"] if b["gateway_id"] == "gw-b"]
+    assert "Metadata v12+" in capped["reason"], capped
+    # The refused Metadata v12: attributed where the gateway labels refusals.
+    refused = [r for r in plan["refusals"] if r["reason"] == "gated_by_feature"]
+    assert refused and sum(r["requests"] for r in refused) >= 3, plan["refusals"]
+    if any(r["api_key"] not in (None, -1) for r in refused):
+        (wants,) = [
+            w
+            for w in plan["wanting"]
+            if (w["client_software_name"], w["client_software_version"]) == TOOL
+        ]
+        assert (wants["api"], wants["api_version"], wants["feature"], wants["level"]) == (
+            "Metadata",
+            12,
+            FEATURE,
+            2,
+        )
+        assert wants["command"] is None  # gw-b cannot serve level 2 yet
+        assert "## Clients that want a feature they cannot get" in report
+    else:
+        assert any(r["reason"] == "gated_by_feature" for r in plan["broken_now"])
+        assert "## Broken now" in report and "by reason only" in report
 
 
 def test_collect_keeps_scraping_the_known_gateways_while_zookeeper_is_down(

@@ -8,7 +8,10 @@ on plain Python), then chromium loads it twice:
 * alone, as a screenshot, whose pixels inside each chart's box must not be blank.
 
 A copy of the report with the image bytes broken must fail the first check, so the
-check is known to catch a chart that does not render.
+check is known to catch a chart that does not render. The probe also reports the
+sections that answer "who": "Broken now", the clients that want a feature, and the
+API-version-by-client table (heading, rows, and where the table lies, which the
+screenshot must show drawn).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from featurectl.plan import clients as who
 from featurectl.plan.model import PlanData, PlanInputs
 from featurectl.plan.report import write_report
 from gateway.commands import shell_command
@@ -48,7 +52,19 @@ document.getElementById("report").addEventListener("load", (event) => {{
              height: img.naturalHeight,
              box: [box.left, box.top, box.right, box.bottom]}};
   }});
-  document.getElementById("result").textContent = JSON.stringify(charts);
+  const sections = [...doc.querySelectorAll("h2")].map((h) => {{
+    let next = h.nextElementSibling;
+    while (next && next.tagName !== "TABLE" && next.tagName !== "H2") {{
+      next = next.nextElementSibling;
+    }}
+    const table = next && next.tagName === "TABLE" ? next : null;
+    const box = table ? table.getBoundingClientRect() : null;
+    return {{id: h.id, title: h.textContent,
+             rows: table ? [...table.tBodies[0].rows].map((r) =>
+               [...r.cells].map((c) => c.textContent)) : [],
+             box: box ? [box.left, box.top, box.right, box.bottom] : null}};
+  }});
+  document.getElementById("result").textContent = JSON.stringify({{charts, sections}});
 }});
 </script></body></html>
 """
@@ -110,7 +126,56 @@ def plan_data() -> PlanData:
             "requests": 90000.0,
         },
     ]
+    refusals = [
+        {
+            "reason": "unsupported_version",
+            "api_key": 0,
+            "api": "Produce",
+            "api_version": 2,
+            "client_software_name": "kafka-python",
+            "client_software_version": "2.0.2",
+            "requests": 300.0,
+            "first_seen": T0 * 1000,
+            "last_seen": (T0 + 600) * 1000,
+            "gateways": ["gw-1"],
+        },
+        {
+            "reason": "gated_by_feature",
+            "api_key": 88,
+            "api": "StreamsGroupHeartbeat",
+            "api_version": 0,
+            "client_software_name": "apache-kafka-streams",
+            "client_software_version": "4.1.0",
+            "requests": 40.0,
+            "first_seen": T0 * 1000,
+            "last_seen": (T0 + 600) * 1000,
+            "gateways": ["gw-2"],
+        },
+    ]
+    identities = [
+        {
+            "gateway_id": "gw-1",
+            "software_name": "kafka-python",
+            "software_version": "2.0.2",
+            "client_id": "legacy-producer",
+            "peers": ["10.0.0.7"],
+            "connections_opened": 300,
+            "first_seen": T0 * 1000,
+            "last_seen": (T0 + 600) * 1000,
+        }
+    ]
+    index = who.identity_index(identities)
+    features = [{"feature": "streams.version", "cluster_max_level": 1}]
+    state = {"zookeeper": "zk-0:2181", "chroot": "/kafka-gateway"}
+    broken, wanting = who.classify_refusals(
+        refusals, load_catalogue(None), {}, features, usage, index, state
+    )
     return PlanData(
+        refusals=refusals,
+        broken_now=broken,
+        wanting=wanting,
+        versions_by_client=who.versions_by_client(usage, {(68, 0)}, index, refusals),
+        identities=len(identities),
         dataset={
             "path": "metrics/",
             "samples": 1000,
@@ -186,13 +251,17 @@ def plan_data() -> PlanData:
     )
 
 
-def chart_report(profile: Path, report: Path) -> list[dict[str, Any]]:
+def probe_report(profile: Path, report: Path) -> dict[str, Any]:
     probe = report.with_name(f"probe-{report.stem}.html")
     probe.write_text(PROBE_PAGE.format(w=WINDOW[0], h=WINDOW[1], src=report.name))
     dom = browser(profile, "--allow-file-access-from-files", "--dump-dom", probe.as_uri()).stdout
     match = re.search(r'<pre id="result">(.*?)</pre>', dom, re.S)
     assert match and match.group(1) != "pending", dom[-2000:]
     return json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def chart_report(profile: Path, report: Path) -> list[dict[str, Any]]:
+    return probe_report(profile, report)["charts"]
 
 
 def test_html_report_is_one_file_whose_charts_render_in_chromium(tmp_path: Path) -> None:
@@ -214,8 +283,27 @@ def test_html_report_is_one_file_whose_charts_render_in_chromium(tmp_path: Path)
     report = mailed / "report.html"
     shutil.copy(written["html"], report)
     profile = tmp_path / "chromium-profile"
-    charts = chart_report(profile, report)
+    probed = probe_report(profile, report)
+    charts = probed["charts"]
     assert {c["alt"] for c in charts} == CHARTS
+    sections = {s["id"]: s for s in probed["sections"]}
+    assert sections["broken-now"]["title"] == "Broken now"
+    (broken,) = sections["broken-now"]["rows"]
+    assert broken[:6] == [
+        "kafka-python 2.0.2",
+        "legacy-producer",
+        "10.0.0.7",
+        "Produce",
+        "2",
+        "unsupported_version",
+    ]
+    assert "upgrade the library or unpin" in broken[-1]
+    (wants,) = sections["wanting"]["rows"]
+    assert wants[0] == "apache-kafka-streams 4.1.0" and wants[7] == "streams.version=1"
+    by_client = sections["api-versions-by-client"]
+    assert by_client["title"] == "API versions by client"
+    assert {r[0] for r in by_client["rows"]} == {"librdkafka 2.6.1"}
+    assert "ConsumerGroupHeartbeat 0*" in by_client["rows"][0][3]
     for chart in charts:
         assert chart["complete"] and chart["width"] > 300 and chart["height"] > 200, chart
 
@@ -232,6 +320,12 @@ def test_html_report_is_one_file_whose_charts_render_in_chromium(tmp_path: Path)
         colours = len(region.getcolors(maxcolors=1 << 16) or range(1 << 16))
         spread = max(ImageStat.Stat(region).stddev)
         assert colours > 50 and spread > 20, (chart["alt"], colours, spread)
+    # The new tables are drawn where the DOM says they are: text on white, not blank.
+    for name in ("broken-now", "wanting", "api-versions-by-client"):
+        left, top, right, bottom = (round(v) for v in sections[name]["box"])
+        assert bottom <= image.height, f"{name} lies below the screenshot"
+        region = image.crop((left, top, right, bottom))
+        assert max(ImageStat.Stat(region).stddev) > 20, name
 
     # The same probe on a report whose images are broken: the check must catch it.
     broken = mailed / "broken.html"

@@ -147,16 +147,50 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(operator_pla
     assert heartbeats and all(c["feature"] == "group.version" for c in heartbeats)
     assert all(c["first_seen"] and c["connections_peak"] > 0 for c in heartbeats)
 
+    # By risk, not by name: both are blocked; the upgrade adds, the disable takes away.
     commands = [s["command"] for s in plan["steps"] if s["kind"] == "command"]
     assert commands == [
+        f"{FEATURECTL} finalize --zookeeper zk-0.example:2181 --feature transaction.version=2",
         f"{FEATURECTL} disable --zookeeper zk-0.example:2181 --feature group.version "
         "--allow-downgrade",
-        f"{FEATURECTL} finalize --zookeeper zk-0.example:2181 --feature transaction.version=2",
     ]
     assert all(not s["safe_now"] for s in plan["steps"])
+    # Why transaction.version=2 is capped: the API versions gw-000's upstream lacks.
+    (capped,) = plan["blocking_gateways"]
+    assert "Produce v12+, TxnOffsetCommit v5+, EndTxn v5+" in capped["reason"]
+    assert "their upstreams lack at least one of Produce v12+" in done.stdout
+    # The KIP-848 consumers would lose ConsumerGroupHeartbeat altogether: they must move.
+    lost = {x["api"]: x for x in verdicts["group.version"]["losses"]}
+    assert lost["ConsumerGroupHeartbeat"]["remedy"] == "switch"
+    # Broken now: the pinned kafka-python refused Produce v2, with the remedy.
+    (pinned,) = [b for b in plan["broken_now"] if b["client_software_name"] == "kafka-python"]
+    assert (pinned["api"], pinned["api_version"], pinned["reason"]) == (
+        "Produce",
+        2,
+        "unsupported_version",
+    )
+    assert "upgrade the library or unpin" in pinned["remedy"]
+    # Wanting: the Streams app refused StreamsGroupHeartbeat wants streams.version=1.
+    (wants,) = plan["wanting"]
+    assert (wants["client_software_name"], wants["feature"], wants["level"]) == (
+        "apache-kafka-streams",
+        "streams.version",
+        1,
+    )
+    by_client = {c["client_software_name"] for c in plan["api_versions_by_client"]}
+    assert {"librdkafka", "kafka-python", "apache-kafka-java"} <= by_client
 
     report = (out / "report.md").read_text()
-    for heading in ("## Verdicts", "## Steps", "## Features", "## Clients on gated API versions"):
+    for heading in (
+        "## Verdicts",
+        "## Broken now",
+        "## Clients that want a feature they cannot get",
+        "## Steps",
+        "## Who loses what, per target",
+        "## Features",
+        "## API versions by client",
+        "## Clients on gated API versions",
+    ):
         assert heading in report
     assert set(plan["charts"]) == {
         "charts/clients_over_time.png",

@@ -1,0 +1,341 @@
+"""Who the plan names (plain Python, no Spark): clients broken now, clients that want a
+feature, what a target takes from whom and the right remedy, why a level is capped,
+the steps' order, the reports' new sections and the charts' time axis."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from featurectl.plan import clients as cl
+from featurectl.plan.model import PlanData, PlanInputs
+from featurectl.plan.report import plan_document
+from featurectl.plan.report_md import render_markdown
+from featurectl.plan.steps import build_steps, dependency_order
+from gateway.features.catalogue import load_catalogue, parse_catalogue
+
+CATALOGUE = load_catalogue(None)
+STATE = {"zookeeper": "zk-0:2181", "chroot": "/kafka-gateway"}
+T0 = 1_736_121_600_000
+
+KAFKA_PYTHON = {"client_software_name": "kafka-python", "client_software_version": "2.0.2"}
+LIBRDKAFKA = {"client_software_name": "librdkafka", "client_software_version": "2.6.1"}
+
+
+def refusal(client: dict, api_key: int, api: str, version: int, reason: str, n: float) -> dict:
+    return {
+        **client,
+        "reason": reason,
+        "api_key": api_key,
+        "api": api,
+        "api_version": version,
+        "requests": n,
+        "first_seen": T0,
+        "last_seen": T0 + 60_000,
+        "gateways": ["gw-a"],
+    }
+
+
+def features(**cluster_max: int) -> list[dict[str, Any]]:
+    return [{"feature": f, "cluster_max_level": m} for f, m in cluster_max.items()]
+
+
+IDENTITIES = [
+    {
+        "gateway_id": "gw-a",
+        "software_name": "kafka-python",
+        "software_version": "2.0.2",
+        "client_id": "legacy-producer",
+        "identity": "kafka-python/2.0.2",
+        "fingerprint": "f00d",
+        "peers": ["10.0.0.7", "10.0.0.8"],
+        "connections_opened": 300,
+        "first_seen": "2025-01-06T00:00:20Z",
+        "last_seen": T0 + 50_000,
+        "versions_used": [{"api_key": 18, "api": "ApiVersions", "api_version": 0, "count": 300}],
+        "versions_refused": [
+            {"api_key": 0, "api": "Produce", "api_version": 2, "reason": "unsupported_version",
+             "count": 300}
+        ],
+    }
+]  # fmt: skip
+
+
+def test_a_pinned_old_client_is_broken_now_and_a_kip848_consumer_wants_group_version() -> None:
+    index = cl.identity_index(IDENTITIES)
+    usage = [{"api_key": 0, "api": "Produce", "api_version": v} for v in (7, 9, 11)]
+    refusals = [
+        refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0),
+        refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "gated_by_feature", 40.0),
+        {**refusal({}, -1, "Unknown", -1, "oversize_frame", 2.0), **dict.fromkeys(
+            ("client_software_name", "client_software_version"))},
+    ]  # fmt: skip
+    broken, wanting = cl.classify_refusals(
+        refusals, CATALOGUE, {}, features(**{"group.version": 1}), usage, index, STATE
+    )
+    assert [(b["client_software_name"], b["api"], b["reason"]) for b in broken] == [
+        ("kafka-python", "Produce", "unsupported_version"),
+        (None, "Unknown", "oversize_frame"),
+    ]
+    old = broken[0]
+    assert old["client_ids"] == ["legacy-producer"] and old["peers"] == ["10.0.0.7", "10.0.0.8"]
+    assert "older than the brokers behind the gateway accept (others use v7-v11)" in old["remedy"]
+    assert "upgrade the library or unpin" in old["remedy"] and "api_version unset" in old["remedy"]
+    assert broken[1]["remedy"] == cl.UNATTRIBUTED
+    (wants,) = wanting
+    assert (wants["feature"], wants["level"]) == ("group.version", 1)
+    assert wants["command"].endswith("finalize --zookeeper zk-0:2181 --feature group.version=1")
+
+    # Capped everywhere: what it takes is the brokers first, and no command.
+    _, wanting = cl.classify_refusals(
+        refusals[1:2], CATALOGUE, {}, features(**{"group.version": 0}), usage, index, STATE
+    )
+    assert wanting[0]["command"] is None and "upgrade the brokers" in wanting[0]["remedy"]
+
+
+def test_refusals_come_from_the_client_records_when_the_counter_has_only_a_reason() -> None:
+    (row,) = cl.refusals_from_identities(IDENTITIES)
+    assert (row["api"], row["api_version"], row["reason"], row["requests"]) == (
+        "Produce",
+        2,
+        "unsupported_version",
+        300.0,
+    )
+    assert row["first_seen"] == T0 + 20_000 and row["gateways"] == ["gw-a"]
+
+
+def gated(feature: str, level: int, client: dict, api_key: int, api: str, version: int) -> dict:
+    return {
+        **client,
+        "feature": feature,
+        "level": level,
+        "api_key": api_key,
+        "api": api,
+        "api_version": version,
+        "requests": 100.0,
+        "connections_now": 2.0,
+        "connections_peak": 3.0,
+        "first_seen": T0,
+        "last_seen": T0,
+        "gateways": ["gw-a"],
+    }
+
+
+def verdict(feature: str, level: int, current: int, kind: str, users: list) -> dict:
+    return {
+        "feature": feature,
+        "level": level,
+        "current_level": current,
+        "kind": kind,
+        "safe": not users,
+        "blocking_gateways": [],
+        "blocking_clients": users,
+        "blocking_requests": 100.0 * len(users),
+    }
+
+
+def test_a_client_that_can_renegotiate_reconnects_one_that_loses_the_api_must_move() -> None:
+    rows = [
+        gated("transaction.version", 2, LIBRDKAFKA, 0, "Produce", 12),
+        gated("group.version", 1, LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0),
+    ]
+    verdicts = [
+        verdict("transaction.version", 1, 2, "downgrade", [LIBRDKAFKA]),
+        verdict("group.version", 0, 1, "disable", [LIBRDKAFKA]),
+    ]
+    cl.annotate_verdicts(verdicts, rows, CATALOGUE, {})
+    produce, heartbeat = verdicts
+    (lost,) = produce["losses"]
+    assert (lost["remedy"], lost["versions"], lost["allowed_max"]) == ("reconnect", [12], 11)
+    assert produce["safe"] and produce["blocking_clients"] == []
+    assert produce["reconnecting_clients"] == [LIBRDKAFKA]
+    assert heartbeat["losses"][0]["remedy"] == "switch" and not heartbeat["safe"]
+
+    steps = build_steps(verdicts, [], rows, STATE)
+    kinds = [(s["feature"], s["kind"]) for s in steps]
+    # The safe downgrade first; the reconnect is a note, not work; the disable needs a move.
+    assert kinds == [
+        ("transaction.version", "note"),
+        ("transaction.version", "command"),
+        ("group.version", "manual"),
+        ("group.version", "check"),
+        ("group.version", "command"),
+    ]
+    assert cl.RECONNECT in steps[0]["action"] and "Produce v12 → v11 or lower" in steps[0]["action"]
+    assert "upgrade" not in steps[0]["action"]
+    assert "group.protocol=classic" in steps[2]["action"]
+
+
+def test_steps_follow_feature_dependencies_then_risk() -> None:
+    needs = {("b.version", 1): {"a.version": 1}}.get
+
+    def lookup(feature: str, level: int) -> dict:
+        return needs((feature, level)) or {}
+
+    up = [
+        verdict("b.version", 1, 0, "upgrade", []),
+        verdict("a.version", 1, 0, "upgrade", []),
+        verdict("c.version", 1, 0, "upgrade", []),
+    ]
+    up[2]["safe"] = False
+    assert [v["feature"] for v in dependency_order(up, lookup)] == [
+        "a.version",
+        "b.version",
+        "c.version",
+    ]
+    # Going down, what needs a feature goes down before it.
+    down = [verdict("a.version", 0, 1, "disable", []), verdict("b.version", 0, 1, "disable", [])]
+    assert [v["feature"] for v in dependency_order(down, lookup)] == ["b.version", "a.version"]
+    # Kafka's own table: eligible.leader.replicas.version 1 needs metadata.version 23.
+    elr = [verdict("eligible.leader.replicas.version", 1, 0, "upgrade", [])]
+    (step,) = build_steps(elr, [], [], STATE)
+    assert "metadata.version >= 23" in step["action"]
+
+
+def test_a_capped_level_names_the_api_versions_the_upstream_lacks() -> None:
+    blocker = {
+        "feature": "group.version",
+        "level": 1,
+        "gateway_id": "gw-b",
+        "min_level": 0,
+        "max_level": 0,
+    }
+    registrations = {"gw-b": {"upstream": "broker-b:9093", "broker_software": "apache-kafka 3.9"}}
+    seen = [refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "unsupported_version", 5.0)]
+    seen[0]["gateways"] = ["gw-b"]
+    reason = cl.cap_reason(blocker, CATALOGUE, registrations, seen)
+    assert reason == (
+        "supports 0-0: its upstream (apache-kafka 3.9, at broker-b:9093) does not offer at "
+        "least one of ConsumerGroupHeartbeat, ConsumerGroupDescribe (any version), which "
+        "group.version=1 needs; clients were refused ConsumerGroupHeartbeat v0 there"
+    )
+    one = parse_catalogue({"features": {"t.version": {"levels": {"1": ["Produce>=12"]}}}})
+    reason = cl.cap_reason({**blocker, "feature": "t.version"}, one, {})
+    assert reason == (
+        "supports 0-0: its upstream does not offer Produce v12+, which t.version=1 needs"
+    )
+
+
+def test_versions_by_client_takes_first_seen_from_the_records() -> None:
+    usage = [
+        {**KAFKA_PYTHON, "api_key": 18, "api": "ApiVersions", "api_version": 0,
+         "requests": 300.0, "first_seen": T0, "last_seen": T0 + 40_000, "gateways": ["gw-a"]},
+        {**LIBRDKAFKA, "api_key": 0, "api": "Produce", "api_version": 12,
+         "requests": 900.0, "first_seen": T0, "last_seen": T0 + 60_000, "gateways": ["gw-a"]},
+    ]  # fmt: skip
+    refused = [refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0)]
+    rows = cl.versions_by_client(usage, {(0, 12)}, cl.identity_index(IDENTITIES), refused)
+    assert [r["client_software_name"] for r in rows] == ["librdkafka", "kafka-python"]
+    assert rows[0]["apis"] == [{"api": "Produce", "api_key": 0, "versions": ["12*"]}]
+    old = rows[1]
+    assert old["first_seen"] == T0 + 20_000 and old["last_seen"] == T0 + 50_000
+    assert old["refused"] == ["Produce v2 (unsupported_version)"]
+    assert old["client_ids"] == ["legacy-producer"]
+
+
+def test_report_md_has_broken_now_wanting_losses_and_the_version_table(tmp_path: Path) -> None:
+    index = cl.identity_index(IDENTITIES)
+    refusals = [
+        refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0),
+        refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "gated_by_feature", 40.0),
+    ]
+    usage = [
+        {**LIBRDKAFKA, "api_key": 0, "api": "Produce", "api_version": 12,
+         "requests": 900.0, "first_seen": T0, "last_seen": T0 + 60_000, "gateways": ["gw-a"]},
+    ]  # fmt: skip
+    broken, wanting = cl.classify_refusals(
+        refusals, CATALOGUE, {}, features(**{"group.version": 1}), usage, index, STATE
+    )
+    rows = [gated("transaction.version", 2, LIBRDKAFKA, 0, "Produce", 12)]
+    verdicts = [verdict("transaction.version", 1, 2, "downgrade", [LIBRDKAFKA])]
+    cl.annotate_verdicts(verdicts, rows, CATALOGUE, index)
+    data = PlanData(
+        dataset={"path": "m/", "samples": 10, "planner_samples": 10, "gateways": 1,
+                 "scrapes": 5, "start_ms": T0, "end_ms": T0 + 60_000,
+                 "gateway_spans": [{"gateway_id": "gw-a", "first_ms": T0,
+                                    "last_ms": T0 + 60_000, "scrapes": 5}]},
+        state={**STATE, "source": "snapshot", "epoch": 3, "gateway_ids": ["gw-a"],
+               "time_ms": T0},
+        features=[], verdicts=verdicts, blockers=[], clients=rows, usage=usage,
+        connections_series=[], gated_series=[], timings={"total": 1.0},
+        refusals=refusals, broken_now=broken, wanting=wanting,
+        versions_by_client=cl.versions_by_client(usage, {(0, 12)}, index, refusals),
+        identities=1,
+    )  # fmt: skip
+    inputs = PlanInputs(metrics="m/", catalogue=CATALOGUE, targets={"transaction.version": 1})
+    steps = build_steps(data.verdicts, [], data.clients, data.state)
+    md = render_markdown(plan_document(inputs, data, steps, []))
+    for heading in (
+        "## Broken now",
+        "## Clients that want a feature they cannot get",
+        "## Who loses what, per target",
+        "## API versions by client",
+    ):
+        assert heading in md, heading
+    assert "| kafka-python 2.0.2 | legacy-producer | 10.0.0.7, 10.0.0.8 | Produce | 2 |" in md
+    assert "| librdkafka 2.6.1 | - | - | ConsumerGroupHeartbeat | 0 | gated_by_feature |" in md
+    assert "| librdkafka 2.6.1 | - | - | Produce 12* | 900 |" in md
+    assert "v11 and lower" in md and cl.RECONNECT in md
+
+
+def test_chart_ticks_read_differently_on_a_one_minute_window() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from featurectl.plan.charts import _time_axis, time_format
+
+    assert time_format(60)[0] == "%H:%M:%S"
+    assert time_format(6 * 3600)[0] == "%H:%M"
+    assert time_format(7 * 86400)[0] == "%m-%d %H:%M"
+    start = datetime(2025, 1, 6, 10, 0, tzinfo=UTC)
+    times = [start + timedelta(seconds=s) for s in range(0, 61, 5)]
+    fig, ax = plt.subplots()
+    ax.plot(times, range(len(times)))
+    _time_axis(ax, times)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    plt.close(fig)
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+    assert all(label.startswith("10:0") for label in labels), labels
+
+
+def test_client_records_are_read_when_the_reader_exists_and_missing_is_none(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
+    from featurectl.plan import readers
+
+    monkeypatch.delattr(readers, "read_clients", raising=False)
+    assert cl.load_identities(str(tmp_path)) == []  # a build without the reader
+
+    def missing(_: str) -> list:
+        raise FileNotFoundError("no clients/")
+
+    monkeypatch.setattr(readers, "read_clients", missing, raising=False)
+    assert cl.load_identities(str(tmp_path)) == []
+    monkeypatch.setattr(readers, "read_clients", lambda d: IDENTITIES, raising=False)
+    assert cl.load_identities(str(tmp_path)) == IDENTITIES
+    assert cl.to_ms("2025-01-06T00:00:20Z") == T0 + 20_000 == cl.to_ms((T0 + 20_000) / 1000)
+
+
+def test_gateways_capped_alike_are_named_together() -> None:
+    lacks = "at least one of Produce v12+, TxnOffsetCommit v5+, EndTxn v5+"
+    rows = [
+        {"gateway_id": g, "min_level": 0, "max_level": 1, "lacks": lacks}
+        for g in ("gw-002", "gw-000", "gw-001")
+    ]
+    assert cl.capped_summary(rows, "transaction.version", 2) == (
+        "gw-000, gw-001, gw-002 support 0-1: their upstreams do not offer at least one of "
+        "Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, which transaction.version=2 needs"
+    )
+    verdicts = [verdict("transaction.version", 2, 1, "upgrade", [])]
+    verdicts[0].update(safe=False, blocking_gateways=["gw-000", "gw-001", "gw-002"])
+    blockers = [{**r, "feature": "transaction.version", "level": 2} for r in rows]
+    manual = build_steps(verdicts, blockers, [], STATE)[0]
+    assert manual["action"].endswith(
+        "until each supports transaction.version=2: gw-000, gw-001, gw-002 support 0-1: their "
+        "upstreams do not offer at least one of Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, "
+        "which transaction.version=2 needs."
+    )
