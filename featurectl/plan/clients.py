@@ -1,12 +1,10 @@
-"""Who the plan is about: client identities, refusals (who is broken now, who wants a
-feature it cannot get), what each target level takes from whom and the right remedy,
-and why a level is capped. Plain Python over rows already on the driver (no Spark).
+"""What the plan says of clients: refusals (who is broken now, who wants a feature it
+cannot get), what each target level takes from whom and the right remedy, and the
+API-version-by-client table. Plain Python over rows already on the driver (no Spark).
+Who a client is comes from ``identities``; why a level is capped from ``caps``.
 
 Inputs:
 
-* identities: the gateways' client records (``readers.read_clients``: software, client
-  id, peer addresses, first/last seen, versions used and refused per gateway); absent
-  (an older gateway, a dataset without ``clients/``) the metric labels are all there is;
 * refusals: ``kafka_gateway_rejected_requests_total`` increases per label set
   (``tally.refusal_usage``); a gateway from before refusals were labelled by API and
   client counts them by ``reason`` only, and the plan says so;
@@ -15,19 +13,15 @@ Inputs:
 
 from __future__ import annotations
 
-import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from gateway.features.catalogue import Catalogue, Gate, required_level
+from gateway.features.catalogue import Catalogue, required_level
 
+from .command_lines import featurectl_command
 from .decide import CLIENT, client_label
-
-Row = Mapping[str, Any]
-# Peer addresses shown per client in the reports (plan.json keeps what the records had).
-TOP_PEERS = 5
+from .identities import Row, attributed, who
 
 # What to do about a refusal no feature level fixes, by reason.
 REASON_REMEDIES = {
@@ -51,160 +45,7 @@ UNATTRIBUTED = (
 )
 
 
-# -- identities --------------------------------------------------------------------------
-
-
-def load_identities(metrics: str) -> list[dict[str, Any]]:
-    """``readers.read_clients(metrics)``, or [] where the dataset (or this build) has none.
-
-    Imported lazily: the reader lives beside the Spark readers, and a planner built
-    before it exists still plans from the metric labels.
-    """
-    try:
-        from featurectl.plan import readers
-    except ImportError:  # no PySpark: nothing to read
-        return []
-    read = getattr(readers, "read_clients", None)
-    if read is None:
-        return []
-    try:
-        return list(read(metrics) or [])
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except Exception as exc:  # a damaged record must not cost the whole plan
-        print(
-            f"warning: client records under {metrics} unreadable ({exc!r}); "
-            "naming clients by their metric labels only",
-            file=sys.stderr,
-        )
-        return []
-
-
-def to_ms(value: Any) -> int | None:
-    """A time as the records may hold it (epoch s or ms, ISO text, datetime) in epoch ms."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        stamp = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return int(stamp.timestamp() * 1000)
-    if isinstance(value, int | float):
-        return int(value * 1000) if value < 1e11 else int(value)
-    try:
-        return to_ms(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
-    except ValueError:
-        return None
-
-
-def _key(row: Row) -> tuple[Any, Any]:
-    return (row.get("software_name"), row.get("software_version"))
-
-
-def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str, Any]]:
-    """Per client software (name, version): client ids, peers (most connections first),
-    first and last seen, gateways and connections opened, over every gateway's record."""
-    merged: dict[tuple[Any, Any], dict[str, Any]] = {}
-    peers: dict[tuple[Any, Any], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for r in identities:
-        key = _key(r)
-        m = merged.setdefault(
-            key,
-            {
-                "client_ids": set(),
-                "gateways": set(),
-                "fingerprints": set(),
-                "first_seen": None,
-                "last_seen": None,
-                "connections_opened": 0,
-            },
-        )
-        if r.get("client_id"):
-            m["client_ids"].add(str(r["client_id"]))
-        if r.get("gateway_id"):
-            m["gateways"].add(str(r["gateway_id"]))
-        if r.get("fingerprint"):
-            m["fingerprints"].add(str(r["fingerprint"]))
-        opened = int(r.get("connections_opened") or 0)
-        m["connections_opened"] += opened
-        for peer in r.get("peers") or ():
-            peers[key][str(peer)] += max(1, opened)
-        first, last = to_ms(r.get("first_seen")), to_ms(r.get("last_seen"))
-        if first is not None:
-            m["first_seen"] = first if m["first_seen"] is None else min(m["first_seen"], first)
-        if last is not None:
-            m["last_seen"] = last if m["last_seen"] is None else max(m["last_seen"], last)
-    out = {}
-    for key, m in merged.items():
-        ranked = sorted(peers[key].items(), key=lambda item: (-item[1], item[0]))
-        out[key] = {
-            **m,
-            "client_ids": sorted(m["client_ids"]),
-            "gateways": sorted(m["gateways"]),
-            "fingerprints": sorted(m["fingerprints"]),
-            "peers": [p for p, _ in ranked],
-        }
-    return out
-
-
-def who(row: Row, index: Mapping[tuple[Any, Any], Mapping[str, Any]]) -> dict[str, Any]:
-    """The client ids and addresses of a row's client software (empty when unknown)."""
-    found = index.get(tuple(row.get(c) for c in CLIENT)) or {}
-    return {
-        "client_ids": list(found.get("client_ids", [])),
-        "peers": list(found.get("peers", [])),
-    }
-
-
-def refusals_from_identities(identities: Iterable[Row]) -> list[dict[str, Any]]:
-    """Refusal rows from the client records' ``versions_refused`` (when the refusal
-    counter has no API or client labels, the records still say who and what)."""
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in identities:
-        for v in r.get("versions_refused") or ():
-            key = (v.get("reason"), v.get("api_key"), v.get("api"), v.get("api_version"), *_key(r))
-            g = groups.setdefault(
-                key,
-                {
-                    **dict(
-                        zip(
-                            ("reason", "api_key", "api", "api_version", *CLIENT),
-                            key,
-                            strict=True,
-                        )
-                    ),
-                    "requests": 0.0,
-                    "first_seen": None,
-                    "last_seen": None,
-                    "gateways": set(),
-                },
-            )
-            g["requests"] += float(v.get("count") or 0)
-            g["gateways"].add(r.get("gateway_id"))
-            first, last = to_ms(r.get("first_seen")), to_ms(r.get("last_seen"))
-            if first is not None and (g["first_seen"] is None or first < g["first_seen"]):
-                g["first_seen"] = first
-            if last is not None and (g["last_seen"] is None or last > g["last_seen"]):
-                g["last_seen"] = last
-    return [
-        {**g, "gateways": sorted(x for x in g["gateways"] if x)}
-        for g in groups.values()
-        if g["requests"] > 0
-    ]
-
-
-def attributed(row: Row) -> bool:
-    """Whether a refusal says which API version it was (labels from a newer gateway)."""
-    return row.get("api_key") not in (None, -1) and row.get("api_version") not in (None, -1)
-
-
 # -- refusals ----------------------------------------------------------------------------
-
-
-def _gate_text(gate: Gate) -> str:
-    text = str(gate)
-    if ">=" in text:
-        name, _, version = text.partition(">=")
-        return f"{name} v{version}+"
-    return f"{text} (every version)"
 
 
 def classify_refusals(
@@ -219,7 +60,6 @@ def classify_refusals(
     """(broken now, wants a feature it cannot get): each refusal row with ``remedy``,
     ``client_ids`` and ``peers``; the second also ``feature``/``level`` (what would
     give it) and ``command`` where finalizing it is possible now."""
-    from .steps import featurectl_command
 
     cluster_max = {f["feature"]: f.get("cluster_max_level") for f in features}
     used: dict[int, list[int]] = defaultdict(list)
@@ -369,67 +209,6 @@ def losses(
     return sorted(out, key=lambda x: (x["remedy"] != "switch", -x["requests"], client_label(x)))
 
 
-# -- why a level is capped ----------------------------------------------------------------
-
-
-def missing_gates(catalogue: Catalogue, feature: str, have: int | None, want: int) -> list[str]:
-    """The gates of ``feature``'s levels above ``have`` up to ``want``: what a gateway
-    whose upstream supports only ``have`` lacks at least one of."""
-    spec = catalogue.get(feature)
-    if spec is None:
-        return []
-    start = 0 if have is None else have
-    return [_gate_text(g) for gates in spec.levels[start:want] for g in gates]
-
-
-def lacks_text(gates: Sequence[str], shown: int = 4) -> str:
-    """``gates`` as one short phrase: whole APIs named together, a few at most."""
-    whole = [g.removesuffix(" (every version)") for g in gates if g.endswith("(every version)")]
-    versioned = [g for g in gates if not g.endswith("(every version)")]
-    parts = list(versioned)
-    if whole:
-        more = f" and {len(whole) - shown} more" if len(whole) > shown else ""
-        parts.append(", ".join(whole[:shown]) + more + " (any version)")
-    text = ", ".join(parts)
-    return text if len(gates) == 1 else f"at least one of {text}"
-
-
-def cap_reason(
-    blocker: Row,
-    catalogue: Catalogue,
-    registrations: Mapping[str, Row],
-    refusals: Iterable[Row] = (),
-) -> str:
-    """Why ``blocker``'s gateway cannot serve the target level, naming the API versions."""
-    feature, level = blocker["feature"], blocker["level"]
-    have = blocker.get("max_level")
-    gates = missing_gates(catalogue, feature, have, level)
-    reg = registrations.get(blocker["gateway_id"]) or {}
-    upstream = reg.get("upstream")
-    software = reg.get("broker_software")
-    behind = "its upstream"
-    if upstream or software:
-        behind += " (" + ", ".join(x for x in (software, upstream and f"at {upstream}") if x) + ")"
-    if have is None:
-        supports = "does not list the feature, so supports level 0 only"
-    else:
-        supports = f"supports {blocker.get('min_level')}-{have}"
-    if not gates:
-        return f"{supports}: its catalogue has no level {level} of {feature}"
-    lacks = lacks_text(gates)
-    seen = sorted(
-        {
-            f"{r['api']} v{r['api_version']}"
-            for r in refusals
-            if attributed(r)
-            and blocker["gateway_id"] in (r.get("gateways") or ())
-            and r.get("reason") == "unsupported_version"
-        }
-    )
-    evidence = f"; clients were refused {', '.join(seen)} there" if seen else ""
-    return f"{supports}: {behind} does not offer {lacks}, which {feature}={level} needs{evidence}"
-
-
 # -- the API-version-by-client table ------------------------------------------------------
 
 
@@ -494,52 +273,6 @@ def versions_by_client(
             }
         )
     return sorted(out, key=lambda x: (-x["requests"], client_label(x)))
-
-
-def capped_summary(rows: Sequence[Row], feature: str, level: int) -> str:
-    """Gateways that cannot serve ``feature=level``, grouped by what they support and
-    what their upstreams lack (one phrase per group: a fleet's old gateways alike)."""
-    groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
-    for b in rows:
-        have = b.get("max_level")
-        supports = (
-            "do not list the feature (level 0 only)"
-            if have is None
-            else f"support {b.get('min_level')}-{have}"
-        )
-        groups[(supports, b.get("lacks") or "")].append(b["gateway_id"])
-    said = []
-    for (supports, lacks), gateways in groups.items():
-        why = (
-            f": their upstreams do not offer {lacks}, which {feature}={level} needs"
-            if lacks
-            else ""
-        )
-        said.append(f"{', '.join(sorted(gateways))} {supports}{why}")
-    return "; ".join(said)
-
-
-__all__ = [
-    "REASON_REMEDIES",
-    "RECONNECT",
-    "TOP_PEERS",
-    "UNATTRIBUTED",
-    "annotate_verdicts",
-    "attributed",
-    "cap_reason",
-    "capped_summary",
-    "classify_refusals",
-    "identity_index",
-    "lacks_text",
-    "load_identities",
-    "losses",
-    "missing_gates",
-    "refusals_from_identities",
-    "to_ms",
-    "versions_by_client",
-    "who",
-    "withheld_cap",
-]
 
 
 def annotate_verdicts(

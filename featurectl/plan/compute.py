@@ -43,7 +43,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """
     from pyspark.sql import functions as F
 
-    from featurectl.plan import clients, decide, readers, tally
+    from featurectl.plan import caps, clients, decide, readers, tally
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
@@ -126,9 +126,9 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     clients.annotate_verdicts(verdict_rows, client_dicts, inputs.catalogue, who["index"])
     registrations = {r["gateway_id"]: r for r in state.doc.get("registrations", [])}
     for b in blocker_rows:
-        b["reason"] = clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"])
-        b["lacks"] = clients.lacks_text(
-            clients.missing_gates(inputs.catalogue, b["feature"], b["max_level"], b["level"])
+        b["reason"] = caps.cap_reason(b, inputs.catalogue, registrations, who["refusals"])
+        b["lacks"] = caps.lacks_text(
+            caps.missing_gates(inputs.catalogue, b["feature"], b["max_level"], b["level"])
         )
     for f in features:
         # Why the highest level everywhere is below the catalogue's: the gateways at it.
@@ -141,9 +141,9 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         f["capped_by"] = [
             {
                 **b,
-                "reason": clients.cap_reason(b, inputs.catalogue, registrations, who["refusals"]),
-                "lacks": clients.lacks_text(
-                    clients.missing_gates(inputs.catalogue, b["feature"], b["max_level"], high + 1)
+                "reason": caps.cap_reason(b, inputs.catalogue, registrations, who["refusals"]),
+                "lacks": caps.lacks_text(
+                    caps.missing_gates(inputs.catalogue, b["feature"], b["max_level"], high + 1)
                 ),
             }
             for b in capped
@@ -214,13 +214,14 @@ def _who(
     """The clients' identities (the gateways' client records where the dataset has
     them), their refusals and the API-version-by-client rows."""
     from featurectl.plan import clients, tally
+    from featurectl.plan import identities as records
 
-    identities = clients.load_identities(inputs.metrics)
-    index = clients.identity_index(identities)
+    identities = records.load_identities(inputs.metrics)
+    index = records.identity_index(identities)
     refusals = tally.refusal_usage(refusal_rows, labels)
-    if identities and not any(clients.attributed(r) for r in refusals):
+    if identities and not any(records.attributed(r) for r in refusals):
         # An older counter (reason only): the records say who was refused what.
-        refusals = clients.refusals_from_identities(identities) or refusals
+        refusals = records.refusals_from_identities(identities) or refusals
     gated = {(c["api_key"], c["api_version"]) for c in client_dicts} | set(levels)
     return {
         "index": index,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from featurectl.plan.clients import capped_summary
+from featurectl.plan.caps import capped_summary
 from featurectl.plan.decide import client_label
 
 # Rows of the clients table in the reports (plan.json has all of them).

@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from featurectl.plan import caps
 from featurectl.plan import clients as cl
+from featurectl.plan import identities as ids
 from featurectl.plan.model import PlanData, PlanInputs
 from featurectl.plan.report import plan_document
 from featurectl.plan.report_md import render_markdown
@@ -63,7 +65,7 @@ IDENTITIES = [
 
 
 def test_a_pinned_old_client_is_broken_now_and_a_kip848_consumer_wants_group_version() -> None:
-    index = cl.identity_index(IDENTITIES)
+    index = ids.identity_index(IDENTITIES)
     usage = [{"api_key": 0, "api": "Produce", "api_version": v} for v in (7, 9, 11)]
     refusals = [
         refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0),
@@ -95,7 +97,7 @@ def test_a_pinned_old_client_is_broken_now_and_a_kip848_consumer_wants_group_ver
 
 
 def test_refusals_come_from_the_client_records_when_the_counter_has_only_a_reason() -> None:
-    (row,) = cl.refusals_from_identities(IDENTITIES)
+    (row,) = ids.refusals_from_identities(IDENTITIES)
     assert (row["api"], row["api_version"], row["reason"], row["requests"]) == (
         "Produce",
         2,
@@ -204,14 +206,14 @@ def test_a_capped_level_names_the_api_versions_the_upstream_lacks() -> None:
     registrations = {"gw-b": {"upstream": "broker-b:9093", "broker_software": "apache-kafka 3.9"}}
     seen = [refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "unsupported_version", 5.0)]
     seen[0]["gateways"] = ["gw-b"]
-    reason = cl.cap_reason(blocker, CATALOGUE, registrations, seen)
+    reason = caps.cap_reason(blocker, CATALOGUE, registrations, seen)
     assert reason == (
         "supports 0-0: its upstream (apache-kafka 3.9, at broker-b:9093) does not offer at "
         "least one of ConsumerGroupHeartbeat, ConsumerGroupDescribe (any version), which "
         "group.version=1 needs; clients were refused ConsumerGroupHeartbeat v0 there"
     )
     one = parse_catalogue({"features": {"t.version": {"levels": {"1": ["Produce>=12"]}}}})
-    reason = cl.cap_reason({**blocker, "feature": "t.version"}, one, {})
+    reason = caps.cap_reason({**blocker, "feature": "t.version"}, one, {})
     assert reason == (
         "supports 0-0: its upstream does not offer Produce v12+, which t.version=1 needs"
     )
@@ -225,7 +227,7 @@ def test_versions_by_client_takes_first_seen_from_the_records() -> None:
          "requests": 900.0, "first_seen": T0, "last_seen": T0 + 60_000, "gateways": ["gw-a"]},
     ]  # fmt: skip
     refused = [refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0)]
-    rows = cl.versions_by_client(usage, {(0, 12)}, cl.identity_index(IDENTITIES), refused)
+    rows = cl.versions_by_client(usage, {(0, 12)}, ids.identity_index(IDENTITIES), refused)
     assert [r["client_software_name"] for r in rows] == ["librdkafka", "kafka-python"]
     assert rows[0]["apis"] == [{"api": "Produce", "api_key": 0, "versions": ["12*"]}]
     old = rows[1]
@@ -235,7 +237,7 @@ def test_versions_by_client_takes_first_seen_from_the_records() -> None:
 
 
 def test_report_md_has_broken_now_wanting_losses_and_the_version_table(tmp_path: Path) -> None:
-    index = cl.identity_index(IDENTITIES)
+    index = ids.identity_index(IDENTITIES)
     refusals = [
         refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0),
         refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "gated_by_feature", 40.0),
@@ -308,16 +310,16 @@ def test_client_records_are_read_when_the_reader_exists_and_missing_is_none(
     from featurectl.plan import readers
 
     monkeypatch.delattr(readers, "read_clients", raising=False)
-    assert cl.load_identities(str(tmp_path)) == []  # a build without the reader
+    assert ids.load_identities(str(tmp_path)) == []  # a build without the reader
 
     def missing(_: str) -> list:
         raise FileNotFoundError("no clients/")
 
     monkeypatch.setattr(readers, "read_clients", missing, raising=False)
-    assert cl.load_identities(str(tmp_path)) == []
+    assert ids.load_identities(str(tmp_path)) == []
     monkeypatch.setattr(readers, "read_clients", lambda d: IDENTITIES, raising=False)
-    assert cl.load_identities(str(tmp_path)) == IDENTITIES
-    assert cl.to_ms("2025-01-06T00:00:20Z") == T0 + 20_000 == cl.to_ms((T0 + 20_000) / 1000)
+    assert ids.load_identities(str(tmp_path)) == IDENTITIES
+    assert ids.to_ms("2025-01-06T00:00:20Z") == T0 + 20_000 == ids.to_ms((T0 + 20_000) / 1000)
 
 
 def test_gateways_capped_alike_are_named_together() -> None:
@@ -326,7 +328,7 @@ def test_gateways_capped_alike_are_named_together() -> None:
         {"gateway_id": g, "min_level": 0, "max_level": 1, "lacks": lacks}
         for g in ("gw-002", "gw-000", "gw-001")
     ]
-    assert cl.capped_summary(rows, "transaction.version", 2) == (
+    assert caps.capped_summary(rows, "transaction.version", 2) == (
         "gw-000, gw-001, gw-002 support 0-1: their upstreams do not offer at least one of "
         "Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, which transaction.version=2 needs"
     )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from featurectl.plan.steps import build_steps, collect_again_command, featurectl_command
+from featurectl.plan.command_lines import collect_again_command, featurectl_command
+from featurectl.plan.steps import build_steps
 from gateway.commands import shell_command
 from tests.harness.shell import command_problem, simple_commands
 
