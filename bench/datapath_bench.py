@@ -68,6 +68,9 @@ class CountingTransport:
     def pause_reading(self) -> None:
         pass
 
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
     def resume_reading(self) -> None:
         pass
 
@@ -76,9 +79,9 @@ def connection() -> ClientConnection:
     """A connection past negotiation, to an upstream that offers every version."""
     cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0"})
     conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
-    conn.client = CountingTransport()  # type: ignore[assignment]
-    conn.upstream = CountingTransport()  # type: ignore[assignment]
-    conn._negotiated(gateway_supported(), NO_FEATURES)
+    conn._client_made(CountingTransport())  # type: ignore[arg-type]
+    conn.upstream_made(CountingTransport())  # type: ignore[arg-type]
+    conn.negotiated(gateway_supported(), NO_FEATURES)
     return conn
 
 
