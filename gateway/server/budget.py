@@ -6,10 +6,11 @@ connection."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..protocol import RequestReader, ResponseReader
 from .flow import MEMORY, Flow
+from .reads import lane
 
 
 class Buffering(Protocol):
@@ -22,10 +23,9 @@ class Buffering(Protocol):
     upstream: asyncio.Transport | None
     requests: RequestReader
     responses: ResponseReader
-    # Its compiled reads (``reads.lane.Reads``): byte counts and the charge.
-    reads: Any
-
-    # Its pauses (``flow.Flow``): MEMORY is the budget's.
+    # Its compiled reads: byte counts and the charge.
+    reads: lane.Reads
+    # Its pauses: MEMORY is the budget's.
     flow: Flow
 
     def in_flight(self) -> int: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Iterable
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from ..config import HostPort
 from ..features.report import FeatureReport
@@ -24,8 +24,8 @@ log = get_logger("gateway.proxy")
 class Paired(Protocol):
     """What the upstream's protocol hands on to (``proxy.ClientConnection``)."""
 
-    # Its compiled reads (``reads.lane.Reads``): the upstream's reads go there.
-    reads: Any
+    # Its compiled reads: the upstream's reads go there.
+    reads: lane.Reads
     # Its pauses: the upstream's write buffer pauses the client's reading.
     flow: Flow
 

@@ -25,7 +25,7 @@ from ..interceptors.context import InternalHandler
 from ..observability.logging import RateLimitedLogger
 from ..protocol import InFlight, InFlightRequest, ProtocolViolation, RequestFrame, api_of, frame
 from ..versions import VersionRange
-from .services import GatewayServices
+from .services import Folding, GatewayServices
 
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
 limited = RateLimitedLogger("gateway.proxy")
@@ -51,8 +51,8 @@ class Exchanging(Protocol):
     inflight: InFlight
     client: asyncio.Transport | None
     upstream: asyncio.Transport | None
-    # Has ``fold``: the connection's counts into the metrics (``traffic.Traffic``).
-    traffic: Any
+    # The connection's counts (``traffic.Traffic``): interceptors may fold them.
+    traffic: Folding
 
     @property
     def closed(self) -> bool: ...

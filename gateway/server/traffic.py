@@ -4,10 +4,11 @@ request log see it. One ``Traffic`` per connection, made and held by
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..clients import ClientInfo
 from ..protocol import InFlight, InFlightRequest, RequestReader, answered_fields
+from .reads import lane
 from .services import GatewayServices
 
 
@@ -20,8 +21,8 @@ class Counted(Protocol):
     info: ClientInfo | None
     inflight: InFlight
     requests: RequestReader
-    # Its compiled reads (``reads.lane.Reads``): the byte counts.
-    reads: Any
+    # Its compiled reads: the byte counts.
+    reads: lane.Reads
 
     def who(self) -> dict[str, object]: ...
 
