@@ -31,8 +31,8 @@ from .client_records import (
     identity_of_client_id,
     peer_ip,
 )
-from .protocol._apis import API_VERSIONS, CONTROLLED_SHUTDOWN
-from .protocol._wire import INT16
+from .protocol import Malformed, parse_request_header
+from .protocol._apis import API_VERSIONS
 
 # The most bytes of a first request kept while its header is incomplete (a client id is
 # at most 32767 bytes; one that long is not waited for).
@@ -349,29 +349,26 @@ class _FirstReader(Protocol):
 
 
 def _request_start(info: ClientInfo, data: bytes) -> tuple[int, int] | None:
-    """(api_key, api_version) of the first request once its header (up to the client
-    id) is in ``info.first_bytes`` + ``data``, its client id then in ``info.client_id``;
-    None while more is needed. A first request too long or too short to read ends the
-    wait with (-1, -1)."""
+    """(api_key, api_version) of the first request once its header is in
+    ``info.first_bytes`` + ``data`` (read by the protocol's own header rule), its client
+    id then in ``info.client_id``; None while more is needed. A first request whose
+    header does not read, or does not arrive within FIRST_REQUEST_PREFIX_MAX bytes, ends
+    the wait with (-1, -1)."""
     buf = info.first_bytes + data if info.first_bytes else data
     done = (-1, -1)
-    if len(buf) >= 14:
+    if len(buf) >= 4:
         size = int.from_bytes(buf[0:4], "big", signed=True)
-        key, version = INT16.unpack_from(buf, 4)[0], INT16.unpack_from(buf, 6)[0]
-        if size < 10:
-            pass  # not a request the gateway will forward: no client id to read
-        elif key == CONTROLLED_SHUTDOWN and version == 0:
-            done = (key, version)  # header v0: no client id
-        else:
-            length = INT16.unpack_from(buf, 12)[0]
-            if length < 0:
-                done = (key, version)
-            elif len(buf) >= 14 + length:
-                info.client_id = bytes(buf[14 : 14 + length]).decode("utf-8", "replace")
-                done = (key, version)
-            elif len(buf) < FIRST_REQUEST_PREFIX_MAX:
+        whole = len(buf) >= 4 + size
+        try:
+            header = parse_request_header(memoryview(buf)[4 : 4 + max(size, 0)])
+        except Malformed:
+            if not whole and size >= 8 and len(buf) < FIRST_REQUEST_PREFIX_MAX:
                 info.first_bytes = bytes(buf)
-                return None
+                return None  # the header's end is still to come
+        else:
+            if header.client_id is not None:
+                info.client_id = header.client_id
+            done = (header.api_key, header.api_version)
     elif len(buf) < FIRST_REQUEST_PREFIX_MAX:
         info.first_bytes = bytes(buf)
         return None

@@ -3,9 +3,9 @@
 Interceptors (``gateway.interceptors.dispatch``) see a connection only through
 ``Exchange`` and the gateway only through ``GatewayView``: the negotiated versions, the
 feature gate, the principal and peer, metrics, and the few actions that touch the wire
-(answer locally, ask the upstream, close). ``gateway.server.proxy.ClientConnection`` and
-``gateway.server.app.Gateway`` satisfy them structurally, so nothing here imports the
-server layer.
+(answer locally, ask the upstream, close). ``gateway.server.exchange.ConnectionExchange``
+(a part of each connection) and ``gateway.server.app.Gateway`` satisfy them
+structurally, so nothing here imports the server layer.
 """
 
 from __future__ import annotations

@@ -6,15 +6,19 @@ The protocol is the scanner's and the readers'; this module holds none of it. It
 spares a forwarded read the interpreter: the socket's callback, the copy out of the
 receive buffer, the scanner's call and the write to the other side run here, without
 a Python frame, which is what made a forwarded request as cheap as haproxy's (see
-docs/hot-path.md). Whatever the scanner leaves goes to the connection's
-``data_received`` or ``upstream_data``, the Python path, in full: what the scanner
-took never reaches it again. ``gateway/server/_lane_py.py`` is the same interface
-with every read taking the Python path (whose readers call the scanner's twin).
+docs/hot-path.md). ``Reads`` is a component the connection holds, not its base: both
+sockets' protocols hand their reads to it (``client_read``, ``upstream_read`` are
+their ``buffer_updated``), and whatever the scanner leaves goes, in full, to its
+owner's Python path (``reads.Owner``: ``data_received``, ``upstream_data``); what the
+scanner took never reaches it again. A read that filled the buffer is told to the
+connection's ``flow.Flow``. ``gateway/server/_lane_py.py`` is the same
+interface with every read taking the Python path (whose readers call the scanner's
+twin).
 
 Whether a read may go to the scanner at all (``scan_requests_ok``,
-``scan_responses_ok``) is the connection's to say (``ClientConnection._scan_state``):
-the reader of that side is between frames and no SASL exchange is on. The scanner's
-own reads never change it.
+``scan_responses_ok``) is the owner's to say (``ClientConnection.scan_state``): the
+reader of that side is between frames and no SASL exchange is on. The scanner's own
+reads never change it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -32,45 +36,67 @@ cdef extern from "Python.h":
     int PyList_SetSlice(list items, Py_ssize_t low, Py_ssize_t high, PyObject* new) except -1
 
 cdef enum:
-    # The most one socket read takes (see gateway/server/proxy.py, READ_BYTES); a C
+    # The most one socket read takes (see gateway/server/reads.py, READ_BYTES); a C
     # constant, as each read compares its size with it.
     _READ_BYTES = 120_000
 
 READ_BYTES = _READ_BYTES
-# One receive buffer for every connection of the process (see proxy.py, _RECV).
+# One receive buffer for every connection of the process (see reads.py, RECV).
 cdef bytearray _recv_array = bytearray(_READ_BYTES)
 RECV = memoryview(_recv_array)
 cdef char* _recv = _recv_array  # never resized: the pointer stays valid
 
 
-cdef class Reads:
-    """Base of ``ClientConnection``: its reads, and the state they share with it."""
+def get_buffer(Py_ssize_t sizehint):
+    """Every protocol's ``get_buffer``: the shared receive buffer."""
+    return RECV
 
-    cdef public object client, upstream, inflight, limits
+
+cdef class Reads:
+    """One connection's reads, both sides, and the state they keep in C."""
+
+    # Takes what the scanner leaves, and is told when a draining connection's
+    # responses were all taken (``reads.Owner``).
+    cdef readonly object owner
+    # Told when a read filled the buffer (``flow.Flow``: that side yields the loop).
+    cdef readonly object flow
+    # queued_max_request_bytes (ConnectionLimits), and what it is told this
+    # connection is (its ``Limited``: the connection's budget).
+    cdef readonly object limits, limited
+    # The two transports (set by the owner once each is made).
+    cdef public object client, upstream
     # Told of each request answered (the request log; ``InFlight.observer``), or None.
     cdef public object observer
     # The in-flight table's entries (``InFlight.entries``, one list for its life).
-    cdef public list entries
+    cdef readonly list entries
     cdef public PlainTable table
-    cdef public Counts counts
+    cdef readonly Counts counts
     # Bytes of requests from, and responses to, the client.
     cdef public int64_t bytes_in, bytes_out
     # Bytes counted against queued_max_request_bytes (ConnectionLimits.charge), and
     # of them the partial frames the readers held at the last full count.
     cdef public int64_t charged, partial
-    cdef public int max_frame_bytes
+    cdef readonly int max_frame_bytes
     cdef public bint draining, scan_requests_ok, scan_responses_ok
     # Whether queued_max_request_bytes counts this connection's bytes (limits.budget).
-    cdef public bint budget_on
+    cdef readonly bint budget_on
     # Where the scanner puts a read whose heads it replaced; emptied after each.
     cdef list _pieces
 
-    def get_buffer(self, Py_ssize_t sizehint):
-        return RECV
+    def __init__(self, owner, flow, inflight, int max_frame_bytes, limits=None, limited=None):
+        self.owner = owner
+        self.flow = flow
+        self.entries = inflight.entries
+        self.counts = inflight.counts
+        self.max_frame_bytes = max_frame_bytes
+        self.limits = limits
+        self.limited = limited
+        self.budget_on = limits is not None and bool(limits.budget)
 
-    def buffer_updated(self, Py_ssize_t nbytes):
+    def client_read(self, Py_ssize_t nbytes):
+        """The client socket's ``buffer_updated``: ``nbytes`` were read into RECV."""
         if nbytes == _READ_BYTES:
-            self.read_filled_client()
+            self.flow.read_filled_client()
         data = PyBytes_FromStringAndSize(_recv, nbytes)
         cdef Py_ssize_t taken = 0
         if self.scan_requests_ok:
@@ -87,9 +113,12 @@ cdef class Reads:
                 self.upstream.write(PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), taken))
                 self.bytes_in += taken
                 data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + taken, nbytes - taken)
-        self.data_received(data)
+        self.owner.data_received(data)
 
-    cdef upstream_read(self, Py_ssize_t nbytes):
+    def upstream_read(self, Py_ssize_t nbytes):
+        """The upstream socket's ``buffer_updated``."""
+        if nbytes == _READ_BYTES:
+            self.flow.read_filled_upstream()
         data = PyBytes_FromStringAndSize(_recv, nbytes)
         cdef const char* read = PyBytes_AS_STRING(data)
         cdef Py_ssize_t taken = 0
@@ -125,13 +154,13 @@ cdef class Reads:
             self.bytes_out += taken
             if taken == nbytes:
                 if self.draining:
-                    self.drained()
+                    self.owner.drained()
                 elif self.budget_on:
                     self._recharge_writes()
                 return
             if taken:
                 data = PyBytes_FromStringAndSize(read + taken, nbytes - taken)
-        self.upstream_data(data)
+        self.owner.upstream_data(data)
 
     def recharge_writes(self):
         self._recharge_writes()
@@ -148,28 +177,6 @@ cdef class Reads:
             held = self.upstream.get_write_buffer_size()
             now += held
         if now != self.charged:
-            self.limits.charge(self, self.charged, now)
+            self.limits.charge(self.limited, self.charged, now)
             self.charged = now
         return 0
-
-
-cdef class UpstreamReads:
-    """Base of ``UpstreamConnection``: hands each read to its pair's reads."""
-
-    cdef public object pair
-    cdef Reads _lane
-
-    def __init__(self, pair):
-        self.pair = pair
-        self._lane = pair if isinstance(pair, Reads) else None
-
-    def get_buffer(self, Py_ssize_t sizehint):
-        return RECV
-
-    def buffer_updated(self, Py_ssize_t nbytes):
-        if nbytes == _READ_BYTES:
-            self.pair.read_filled_upstream()
-        if self._lane is not None:
-            self._lane.upstream_read(nbytes)
-        else:
-            self.pair.upstream_data(PyBytes_FromStringAndSize(_recv, nbytes))

@@ -1,6 +1,6 @@
 """``gateway/server/_lane.pyx``'s interface in Python: every read takes the Python path
-(``data_received``, ``upstream_data``), whose readers call the scanner's twin first.
-What runs where it was not compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
+(the owner's ``data_received``, ``upstream_data``), whose readers call the scanner's
+twin first. What runs where it was not compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
@@ -9,14 +9,19 @@ from typing import Any
 
 COMPILED = False
 
-# The most one socket read takes (see gateway/server/proxy.py, READ_BYTES).
+# The most one socket read takes (see gateway/server/reads.py, READ_BYTES).
 READ_BYTES = 120_000
-# One receive buffer for every connection of the process (see proxy.py).
+# One receive buffer for every connection of the process (see reads.py).
 RECV = memoryview(bytearray(READ_BYTES))
 
 
+def get_buffer(sizehint: int) -> memoryview:
+    """Every protocol's ``get_buffer``: the shared receive buffer."""
+    return RECV
+
+
 class Reads:
-    """Base of ``ClientConnection``: the state the compiled reads keep in C."""
+    """One connection's reads, both sides, and the state the compiled ones keep in C."""
 
     __slots__ = (
         "budget_on",
@@ -27,10 +32,12 @@ class Reads:
         "counts",
         "draining",
         "entries",
-        "inflight",
+        "flow",
+        "limited",
         "limits",
         "max_frame_bytes",
         "observer",
+        "owner",
         "partial",
         "scan_requests_ok",
         "scan_responses_ok",
@@ -38,17 +45,39 @@ class Reads:
         "upstream",
     )
 
-    # Defined by ClientConnection.
-    data_received: Any
-    read_filled_client: Any
+    def __init__(
+        self,
+        owner: Any,
+        flow: Any,
+        inflight: Any,
+        max_frame_bytes: int,
+        limits: Any = None,
+        limited: Any = None,
+    ) -> None:
+        self.owner = owner
+        self.flow = flow
+        self.entries = inflight.entries
+        self.counts = inflight.counts
+        self.max_frame_bytes = max_frame_bytes
+        self.limits = limits
+        self.limited = limited
+        self.budget_on = limits is not None and bool(limits.budget)
+        self.client: Any = None
+        self.upstream: Any = None
+        self.observer: Any = None
+        self.table: Any = None
+        self.bytes_in = self.bytes_out = self.charged = self.partial = 0
+        self.draining = self.scan_requests_ok = self.scan_responses_ok = False
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return RECV
-
-    def buffer_updated(self, nbytes: int) -> None:
+    def client_read(self, nbytes: int) -> None:
         if nbytes == READ_BYTES:
-            self.read_filled_client()
-        self.data_received(RECV[:nbytes].tobytes())
+            self.flow.read_filled_client()
+        self.owner.data_received(RECV[:nbytes].tobytes())
+
+    def upstream_read(self, nbytes: int) -> None:
+        if nbytes == READ_BYTES:
+            self.flow.read_filled_upstream()
+        self.owner.upstream_data(RECV[:nbytes].tobytes())
 
     def recharge_writes(self) -> None:
         now = self.partial
@@ -57,22 +86,5 @@ class Reads:
         if self.upstream is not None:
             now += self.upstream.get_write_buffer_size()
         if now != self.charged:
-            self.limits.charge(self, self.charged, now)
+            self.limits.charge(self.limited, self.charged, now)
             self.charged = now
-
-
-class UpstreamReads:
-    """Base of ``UpstreamConnection``: hands each read to its pair."""
-
-    __slots__ = ("pair",)
-
-    def __init__(self, pair: Any) -> None:
-        self.pair = pair
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return RECV
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if nbytes == READ_BYTES:
-            self.pair.read_filled_upstream()
-        self.pair.upstream_data(RECV[:nbytes].tobytes())

@@ -175,7 +175,7 @@ class Gateway(Negotiation, Listeners):
         await self.features.register_now()
         self.loop_lag.start()
         self._limits_task = asyncio.get_running_loop().create_task(
-            self.limits.run(lambda: self.connections)
+            self.limits.run(lambda: [conn.budget for conn in self.connections])
         )
         self.started = True
         self.serving.set()
@@ -324,23 +324,23 @@ class Gateway(Negotiation, Listeners):
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
-            self.limits.charge(conn, conn.charged, 0)
-            conn.fold_stats()
+            self.limits.charge(conn.budget, conn.budget.charged, 0)
+            conn.traffic.fold()
             if conn.info is not None:
                 self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
                 self.registry.remove(conn.info.connection_id)
         # Also a connection closed before it was served (held by the throttle).
-        self.limits.release(conn)
+        self.limits.release(conn.budget)
 
     def connections_snapshot(self) -> list[dict[str, Any]]:
         """/connections: the registry, each connection's counts brought up to date."""
         for conn in self.connections:
-            conn.sync_info()
+            conn.traffic.sync()
         return self.registry.snapshot()
 
     def _fold_live_connections(self) -> None:
         for conn in list(self.connections):
-            conn.fold_stats()
+            conn.traffic.fold()
 
     # -- lifecycle -------------------------------------------------------------------
     async def serve_forever(self) -> None:

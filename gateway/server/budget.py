@@ -1,79 +1,69 @@
 """A connection as the limits see it (``gateway/server/limits.py``'s ``Limited``): what
-it buffers, how active it is, and its counts for the metrics and the connection
-registry. A mixin of ``ClientConnection``."""
+it buffers, how active it is, and how to pause or close it. One ``Budget`` per
+connection, made and held by ``ClientConnection``; the limits hold the budget, never the
+connection."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .flow import MEMORY
-
-if TYPE_CHECKING:
-    from ..clients import ClientInfo
-    from ..protocol import InFlight, RequestReader, ResponseReader
-    from .services import GatewayServices
+from ..protocol import RequestReader, ResponseReader
+from .flow import MEMORY, Flow
+from .reads import lane
 
 
-class LimitsTarget:
-    """``ClientConnection``'s side that the limits and the metrics see."""
+class Buffering(Protocol):
+    """What the budget reads of its connection (``proxy.ClientConnection``)."""
 
-    __slots__ = ()
+    peer_ip: str
+    # Client bytes held until the upstream's versions are known.
+    held_size: int
+    client: asyncio.Transport | None
+    upstream: asyncio.Transport | None
+    requests: RequestReader
+    responses: ResponseReader
+    # Its compiled reads: byte counts and the charge.
+    reads: lane.Reads
+    # Its pauses: MEMORY is the budget's.
+    flow: Flow
 
-    if TYPE_CHECKING:
-        gateway: GatewayServices
-        inflight: InFlight
-        info: ClientInfo | None
-        listener: str
-        requests: RequestReader
-        responses: ResponseReader
-        client: asyncio.Transport | None
-        upstream: asyncio.Transport | None
-        bytes_in: int
-        bytes_out: int
-        partial: int
-        _held_size: int
-        _first_done: bool
-        _folded_in: int
-        _folded_out: int
+    def in_flight(self) -> int: ...
+    def abort(self) -> None: ...
 
-        def abort(self) -> None: ...
-        def in_flight(self) -> int: ...
-        def pause_client(self, reason: int) -> None: ...
-        def resume_client(self, reason: int) -> None: ...
-        def recharge_writes(self) -> None: ...
 
-    def fold_stats(self) -> None:
-        """Move this connection's counts into the labelled Prometheus series."""
-        info = self.info
-        if info is None:
-            return
-        stats = self.inflight.fold()
-        self.sync_info()
-        bytes_in = self.bytes_in - self._folded_in
-        bytes_out = self.bytes_out - self._folded_out
-        self._folded_in, self._folded_out = self.bytes_in, self.bytes_out
-        self.gateway.metrics.traffic.fold((self.listener, *info.labels), stats, bytes_in, bytes_out)
-        info.used(stats)  # hook: the versions its identity used (gateway.client_records)
+class Budget:
+    """One connection's part of queued_max_request_bytes, and its deadlines' view."""
 
-    def sync_info(self) -> None:
-        """Bring the registry's counts for this connection (/connections) up to date."""
-        info = self.info
-        if info is not None:
-            info.requests = self.requests.frames
-            info.bytes_in, info.bytes_out = self.bytes_in, self.bytes_out
+    __slots__ = ("_conn", "_first_done", "counted", "opened_at")
 
-    # -- connection limits (see gateway/server/limits.py) ---------------------------------
-    def _recharge(self) -> None:
-        self.partial = self._held_size + self.requests.buffered + self.responses.buffered
-        self.recharge_writes()
+    def __init__(self, conn: Buffering) -> None:
+        self._conn = conn
+        self._first_done = False
+        self.counted = False  # in the caps' counts (ConnectionLimits.admit/release)
+        self.opened_at = 0.0  # when it was served (after the creation-rate throttle)
+
+    @property
+    def peer_ip(self) -> str:
+        return self._conn.peer_ip
+
+    @property
+    def charged(self) -> int:
+        """Bytes counted against queued_max_request_bytes (ConnectionLimits.charge)."""
+        return self._conn.reads.charged
+
+    def recharge(self) -> None:
+        """Count what the connection buffers now: after each read of the Python path."""
+        conn = self._conn
+        reads = conn.reads
+        reads.partial = conn.held_size + conn.requests.buffered + conn.responses.buffered
+        reads.recharge_writes()
 
     def buffered(self) -> int:
         """Partial frames and bytes not yet written, both ways."""
-        # Runs after every read both ways (see _recharge): spelled out rather than a
-        # loop over a tuple of the two transports, it costs 60-200 ns less a call.
-        held = self._held_size + self.requests.buffered + self.responses.buffered
-        client, upstream = self.client, self.upstream
+        conn = self._conn
+        held = conn.held_size + conn.requests.buffered + conn.responses.buffered
+        client, upstream = conn.client, conn.upstream
         if client is not None:
             held += client.get_write_buffer_size()
         if upstream is not None:
@@ -81,19 +71,22 @@ class LimitsTarget:
         return held
 
     def activity(self) -> tuple[int, ...]:
-        return (self.bytes_in + self._held_size, self.bytes_out, self.in_flight())
+        conn = self._conn
+        reads = conn.reads
+        return (reads.bytes_in + conn.held_size, reads.bytes_out, conn.in_flight())
 
     def has_request(self) -> bool:
         if not self._first_done:
-            frames = self.requests.frames
-            self._first_done = frames > 1 or (frames == 1 and not self.requests.mid_frame)
+            requests = self._conn.requests
+            frames = requests.frames
+            self._first_done = frames > 1 or (frames == 1 and not requests.mid_frame)
         return self._first_done
 
     def memory_pause(self, paused: bool) -> None:
         if paused:
-            self.pause_client(MEMORY)
+            self._conn.flow.pause_client(MEMORY)
         else:
-            self.resume_client(MEMORY)
+            self._conn.flow.resume_client(MEMORY)
 
     def limit_close(self, reason: str) -> None:
         # At once, dropping what is not sent yet, as Kafka's broker closes an expired
@@ -102,4 +95,4 @@ class LimitsTarget:
         # for as long as it stayed connected, and was closed again at every sweep
         # (2 MB of answers to pipelined ApiVersions, idle-closed 8 times in
         # 8 s and still counted).
-        self.abort()
+        self._conn.abort()

@@ -1,32 +1,31 @@
-"""What interceptors may do with a connection (``gateway.interceptors.context.Exchange``),
-and how the connection hands them what its pass-through table holds back: a mixin of
-``ClientConnection``, which talks to interceptors only through
-``gateway.interceptors.dispatch``."""
+"""A connection as interceptors see it (``gateway.interceptors.context.Exchange``), and
+the door to them. One ``ConnectionExchange`` per connection, made and held by
+``ClientConnection``, which hands it to ``gateway.interceptors.dispatch``; interceptors
+never see the connection itself.
+
+The connection knows no API by name. Interceptors registered by API key decide: the
+exchange's pass-through table (the negotiated ranges minus the keys answered here)
+forwards a request after one dict lookup (``intercepts``); a request it holds back goes
+to ``dispatch.on_request``, which answers it locally (ApiVersions, UpdateFeatures, a
+synthesized DescribeCluster) or rejects it as Kafka would; a response whose key asked
+for it comes back rewritten from ``dispatch.rewrite_*``."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..clients import ClientInfo
+from ..config import HostPort
+from ..features.report import FeatureReport
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
 from ..observability.logging import RateLimitedLogger
-from ..protocol import (
-    InFlightRequest,
-    ProtocolViolation,
-    RequestFrame,
-    answered_fields,
-    api_of,
-    frame,
-)
-
-if TYPE_CHECKING:
-    from ..clients import ClientInfo
-    from ..protocol import InFlight
-    from ..versions import VersionRange
-    from .services import GatewayServices
+from ..protocol import InFlight, InFlightRequest, ProtocolViolation, RequestFrame, api_of, frame
+from ..versions import VersionRange
+from .services import Folding, GatewayServices
 
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
 limited = RateLimitedLogger("gateway.proxy")
@@ -35,35 +34,57 @@ limited = RateLimitedLogger("gateway.proxy")
 _internal_ids = itertools.count(-(2**31))
 
 
-class InterceptorExchange:
-    """``ClientConnection``'s side that interceptors see."""
+class Exchanging(Protocol):
+    """What the exchange reads and does of its connection (``proxy.ClientConnection``)."""
 
-    __slots__ = ()
+    gateway: GatewayServices
+    listener: str
+    peer: str
+    principal: str | None
+    tls_subject: str | None
+    info: ClientInfo | None
+    upstream_address: HostPort
+    ranges: dict[int, VersionRange] | None
+    upstream_ranges: dict[int, VersionRange]
+    upstream_features: FeatureReport
+    feature_report: FeatureReport
+    inflight: InFlight
+    client: asyncio.Transport | None
+    upstream: asyncio.Transport | None
+    # The connection's counts (``traffic.Traffic``): interceptors may fold them.
+    traffic: Folding
 
-    if TYPE_CHECKING:
-        gateway: GatewayServices
-        inflight: InFlight
-        info: ClientInfo | None
-        listener: str
-        peer: str
-        client: asyncio.Transport | None
-        upstream: asyncio.Transport | None
-        _closed: bool
-        _passthrough: dict[int, VersionRange]
+    @property
+    def closed(self) -> bool: ...
 
-        def close(self) -> None: ...
-        def _scan_state(self) -> None: ...
+    def close(self) -> None: ...
+    def who(self) -> dict[str, object]: ...
+    def scan_state(self) -> None: ...
+
+
+class ConnectionExchange:
+    """What interceptors may know and do about one connection."""
+
+    __slots__ = ("_conn", "gateway", "passthrough")
+
+    def __init__(self, conn: Exchanging) -> None:
+        self._conn = conn
+        self.gateway = conn.gateway
+        # The negotiated ranges minus the keys answered here: what passes untouched
+        # (``ClientConnection.renegotiate``).
+        self.passthrough: dict[int, VersionRange] = {}
 
     # -- the pass-through table, and what happens to what it holds back ----------------
-    def _intercept_request(self, api_key: int, api_version: int) -> bool:
+    def intercepts(self, api_key: int, api_version: int) -> bool:
+        """The ``RequestReader``'s policy: whether this request goes to the interceptors."""
         # Runs once per request: one dict lookup against the ranges that may pass through
         # untouched (advertised ranges minus the APIs the gateway answers itself).
-        allowed = self._passthrough.get(api_key)
+        allowed = self.passthrough.get(api_key)
         if allowed is None:
             return not dispatch.forwards_unknown(self, api_key, api_version)
         return api_version < allowed[0] or api_version > allowed[1]
 
-    def _handler_failed(self, request: RequestFrame, exc: Exception) -> None:
+    def handler_failed(self, request: RequestFrame, exc: Exception) -> None:
         """An interceptor raised on a client's request: log (rate-limited, with the
         traceback), count, and close this connection as Kafka closes on a request it
         cannot handle."""
@@ -79,53 +100,92 @@ class InterceptorExchange:
             api_key=request.header.api_key,
             version=request.header.api_version,
             error=repr(exc),
-            **self.who(),
+            **self._conn.who(),
         )
-        self.close()
+        self._conn.close()
 
-    def _log_request(self, entry: InFlightRequest) -> None:
-        """The in-flight table's observer: each answered request."""
-        request_log = self.gateway.request_log
-        if request_log is None or entry.context is not None or not request_log.sampled():
-            return
-        request_log.emit(
-            "request.completed", **answered_fields(entry), listener=self.listener, **self.who()
+    def violated(self, side: str, violation: ProtocolViolation) -> None:
+        """Log and count a protocol violation by ``side``, and close the connection."""
+        conn = self._conn
+        self.gateway.metrics.refused(violation.reason, conn.listener, conn.info)
+        limited.warning(
+            "connection.protocol_violation",
+            side=side,
+            reason=violation.reason,
+            detail=violation.detail,
+            listener=conn.listener,
+            **conn.who(),
         )
+        conn.close()
 
-    # -- what interceptors may do (gateway.interceptors.context.Exchange) -----------------
+    # -- the connection's state, read-only -----------------------------------------------
+    @property
+    def listener(self) -> str:
+        return self._conn.listener
+
+    @property
+    def peer(self) -> str:
+        return self._conn.peer
+
+    @property
+    def principal(self) -> str | None:
+        return self._conn.principal
+
+    @property
+    def tls_subject(self) -> str | None:
+        return self._conn.tls_subject
+
+    @property
+    def info(self) -> ClientInfo | None:
+        return self._conn.info
+
+    @property
+    def upstream_address(self) -> HostPort:
+        return self._conn.upstream_address
+
+    @property
+    def ranges(self) -> dict[int, VersionRange] | None:
+        return self._conn.ranges
+
+    @property
+    def upstream_ranges(self) -> dict[int, VersionRange]:
+        return self._conn.upstream_ranges
+
+    @property
+    def upstream_features(self) -> FeatureReport:
+        return self._conn.upstream_features
+
+    @property
+    def feature_report(self) -> FeatureReport:
+        return self._conn.feature_report
+
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._conn.closed
 
+    # -- what interceptors may do -------------------------------------------------------
     def answer(self, entry: InFlightRequest, payload: bytes) -> None:
-        self._release(self.inflight.answer_locally(entry, frame(payload)))
-        self._scan_state()
+        conn = self._conn
+        frames = conn.inflight.answer_locally(entry, frame(payload))
+        if conn.client is not None and frames:
+            conn.client.writelines(frames)
+        conn.scan_state()
 
     def ask_upstream(
         self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler
     ) -> int:
+        conn = self._conn
         correlation_id = next(_internal_ids)
         version, request = build(correlation_id)
-        entry = self.inflight.add(api_key, version, correlation_id)
+        entry = conn.inflight.add(api_key, version, correlation_id)
         entry.context = handler
-        assert self.upstream is not None
-        self.upstream.write(request)
+        assert conn.upstream is not None
+        conn.upstream.write(request)
         return version
 
     def violation(self, side: str, reason: str, detail: str) -> None:
-        self._violation(side, ProtocolViolation(reason, detail))
+        self.violated(side, ProtocolViolation(reason, detail))
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        asyncio.get_running_loop().create_task(work)
-
-    def _release(self, frames: list[bytes]) -> None:
-        if self.client is not None and frames:
-            self.client.writelines(frames)
-
-    def who(self) -> dict[str, object]:
-        return self.info.log_fields() if self.info is not None else {"peer": self.peer}
-
-    # -- shared ----------------------------------------------------------------------
     def rewrite_failed(self, entry: InFlightRequest, error: str) -> None:
         name = api_of(entry)
         self.gateway.metrics.rewrite_errors.labels(name).inc()
@@ -134,17 +194,17 @@ class InterceptorExchange:
             api=name,
             version=entry.api_version,
             error=error,
-            peer=self.peer,
+            peer=self._conn.peer,
         )
 
-    def _violation(self, side: str, violation: ProtocolViolation) -> None:
-        self.gateway.metrics.refused(violation.reason, self.listener, self.info)
-        limited.warning(
-            "connection.protocol_violation",
-            side=side,
-            reason=violation.reason,
-            detail=violation.detail,
-            listener=self.listener,
-            **self.who(),
-        )
-        self.close()
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        asyncio.get_running_loop().create_task(work)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def who(self) -> dict[str, object]:
+        return self._conn.who()
+
+    def fold_stats(self) -> None:
+        self._conn.traffic.fold()

@@ -4,6 +4,7 @@ reading is paused (uvicorn's protocols pause and resume reading the same way).""
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 # Large enough that a bulk fetch streams without stop-and-go (at 1 GB/s, 512 KiB is half
 # a millisecond of data, and the kernel's socket buffers hold more), small enough that
@@ -24,23 +25,62 @@ SLICE = 16  # a read filled the buffer: the loop's other work goes first (READ_B
 THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 
 
-class Pauses:
-    """Why one side's reading is paused (the bits above): it reads again once no reason
-    is left, so lifting one pause never lifts another."""
+class Flowing(Protocol):
+    """What the flow reads of its connection (``proxy.ClientConnection``)."""
 
-    __slots__ = ("reasons",)
+    client: asyncio.Transport | None
+    upstream: asyncio.Transport | None
 
-    def __init__(self) -> None:
-        self.reasons = 0
+    @property
+    def closed(self) -> bool: ...
 
-    def pause(self, transport: asyncio.Transport | None, reason: int) -> None:
-        if transport is not None:
-            if not self.reasons:
-                transport.pause_reading()
-            self.reasons |= reason
 
-    def resume(self, transport: asyncio.Transport | None, reason: int, closed: bool) -> None:
-        if self.reasons & reason:
-            self.reasons &= ~reason
-            if not self.reasons and transport is not None and not closed:
-                transport.resume_reading()
+class Flow:
+    """Why each side of one connection is paused (the bits above): a side reads again
+    once no reason is left, so lifting one pause never lifts another. One per
+    connection, made and held by ``ClientConnection``."""
+
+    __slots__ = ("_client", "_conn", "_upstream")
+
+    def __init__(self, conn: Flowing) -> None:
+        self._conn = conn
+        self._client = self._upstream = 0  # each side's reasons
+
+    def pause_client(self, reason: int) -> None:
+        client = self._conn.client
+        if client is not None:
+            if not self._client:
+                client.pause_reading()
+            self._client |= reason
+
+    def resume_client(self, reason: int) -> None:
+        if self._client & reason:
+            self._client &= ~reason
+            conn = self._conn
+            if not self._client and conn.client is not None and not conn.closed:
+                conn.client.resume_reading()
+
+    def pause_upstream(self, reason: int) -> None:
+        upstream = self._conn.upstream
+        if upstream is not None:
+            if not self._upstream:
+                upstream.pause_reading()
+            self._upstream |= reason
+
+    def resume_upstream(self, reason: int) -> None:
+        if self._upstream & reason:
+            self._upstream &= ~reason
+            conn = self._conn
+            if not self._upstream and conn.upstream is not None and not conn.closed:
+                conn.upstream.resume_reading()
+
+    def read_filled_client(self) -> None:
+        """A client read filled the buffer: libuv would read this socket again in this
+        turn; the loop's other work goes first (``reads.READ_BYTES``)."""
+        self.pause_client(SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_client, SLICE)
+
+    def read_filled_upstream(self) -> None:
+        """The same for an upstream read."""
+        self.pause_upstream(SLICE)
+        asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)

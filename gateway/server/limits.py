@@ -28,7 +28,7 @@ limited = RateLimitedLogger("gateway.limits")
 
 
 class Limited(Protocol):
-    """What the sweep needs of a client connection (ClientConnection)."""
+    """What the limits need of a client connection (its ``budget.Budget``)."""
 
     peer_ip: str
     opened_at: float

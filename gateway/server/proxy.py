@@ -1,18 +1,26 @@
-"""One proxied connection: the client-facing asyncio protocol, which owns the pair.
+"""One proxied connection: the client socket's asyncio protocol, which owns the pair and
+moves bytes between its two sockets.
 
 All protocol decisions are made by the sans-I/O readers in ``gateway.protocol``, the
 scanner they call first, and the interceptors; this module only moves their output
-between the two sockets, applies back-pressure (``flow``) and closes both sides
-together. Its other sides are mixins: what interceptors see (``exchange``), the
-upstream's dialling (``dialing``) and what the limits see (``budget``).
+between the two sockets and closes both sides together. Its other roles are parts it
+makes and holds, each with a narrow interface (the part's module names a ``Protocol``
+for what it needs of the connection):
 
-The connection knows no API by name. Interceptors registered by API key
-(``gateway.interceptors.dispatch``) decide: the connection's pass-through table (the
-negotiated ranges minus the keys answered here) forwards a request after one dict lookup;
-a request it holds back goes to ``dispatch.on_request``, which answers it locally
-(ApiVersions, UpdateFeatures, a synthesized DescribeCluster) or rejects it as Kafka would;
-a response whose key asked for it comes back rewritten from ``dispatch.rewrite_*``.
-Interceptors see this class only as ``gateway.interceptors.context.Exchange``.
+- ``reads`` (``reads.lane.Reads``, compiled): both sockets' reads. It forwards what the
+  scanner takes and hands the rest back here (``reads.Owner``: ``data_received``,
+  ``upstream_data``, the Python path);
+- ``requests``, ``responses``: the readers, and the in-flight table they share;
+- ``exchange`` (``exchange.ConnectionExchange``): the connection as interceptors see
+  it (``gateway.interceptors.context.Exchange``), and which requests go to them;
+- ``flow`` (``flow.Flow``): why each side's reading is paused;
+- ``budget`` (``budget.Budget``): the connection as the limits see it;
+- ``traffic`` (``traffic.Traffic``): its counts, for the metrics, /connections and the
+  request log;
+- the upstream: dialled by ``dialing.dial``, read by ``dialing.UpstreamConnection``.
+
+The connection knows no API by name: which requests and responses interceptors take,
+and what becomes of them, is ``exchange``'s and ``gateway.interceptors.dispatch``'s.
 
 Life of a connection: the client connects → the gateway dials the upstream and asks it
 ApiVersions on its own behalf → once the answer is in, the client's bytes (held until
@@ -26,7 +34,7 @@ from typing import cast
 
 from ..clients import ClientInfo
 from ..config import HostPort
-from ..features.report import NO_FEATURES
+from ..features.report import NO_FEATURES, FeatureReport
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
 from ..observability.logging import get_logger
@@ -47,23 +55,24 @@ from ..protocol import (
 from ..protocol import _scanner as protocol_scanner
 from ..versions import VersionRange
 from . import allocator
-from .budget import LimitsTarget
-from .dialing import UpstreamConnection, UpstreamDialing
-from .exchange import InterceptorExchange, limited
+from .budget import Budget
+from .dialing import UpstreamConnection, dial
+from .exchange import ConnectionExchange, limited
 from .flow import (
     BACKPRESSURE,
     DRAINING,
     HELD,
     PENDING_HIGH,
-    SLICE,
     THROTTLED,
     WRITE_BUFFER_HIGH,
     WRITE_BUFFER_LOW,
-    Pauses,
+    Flow,
 )
-from .reads import lane
+from .reads import READ_BYTES, lane
+from .reads import RECV as _RECV  # noqa: F401  (tests and the bench fill it)
 from .services import GatewayServices
 from .tls import peer_subject
+from .traffic import Traffic
 
 # Large buffers (a partial frame of up to max_frame_bytes) go back to the system when
 # freed, not to the heap (allocator.py): every process that serves connections imports
@@ -79,24 +88,6 @@ log = get_logger("gateway.proxy")
 # (see InFlight). One entry per upstream address.
 _acks0_answered: dict[HostPort, bool] = {}
 
-# The most one socket read takes, and the unit of work a busy connection side gets per
-# turn of the event loop. libuv reads a readable socket again and again in one turn (up
-# to 32 times) for as long as each read fills the buffer, so four clients streaming a
-# 4.2 MB Metadata response held the loop for up to 10 ms at a time while every other
-# connection waited (event-loop lag). A side whose read filled the buffer
-# therefore pauses reading and resumes on the loop's next turn (a read that did not
-# fill it ends that socket's turn by itself). uvloop reads 256 kB at once into a buffer
-# of its own and copies it out; both sides are BufferedProtocols reading into _RECV
-# instead, for a smaller unit: four connections streaming 100k-partition Metadata, the
-# gateway on a CPU of its own (metadata_bench --proxy-cpus 1), had lag p99 1-5 ms with
-# 256 kB reads and <= 0.5 ms with 120 kB, at about the same CPU per response. 64 kB
-# cost 30 % more CPU per response (twice the reads, sends and yields) for no less lag.
-READ_BYTES = lane.READ_BYTES
-# One receive buffer for every connection of the process: a read is copied out of it
-# into ``bytes`` before the next one can start (as uvloop copies out of its own), so no
-# connection keeps a buffer of its own. The gateway runs one event loop per process
-# (workers are processes), so this is also one buffer per loop, as uvloop's is.
-_RECV = lane.RECV
 # What the scanner may take of a negotiation's pass-through table (Gateway.negotiated).
 PlainTable = protocol_scanner.PlainTable
 
@@ -116,73 +107,74 @@ def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview
     out.clear()
 
 
-class ClientConnection(  # type: ignore[misc]
-    lane.Reads, InterceptorExchange, UpstreamDialing, LimitsTarget, asyncio.BufferedProtocol
-):
-    """The client side. Owns the pair: it dials the upstream and tears both down.
-
-    Composes the two readers, the in-flight table they share and the limits; each read
-    goes to the scanner first (``reads.lane.Reads``), what it leaves to its reader, and
-    what comes out to the other socket."""
+class ClientConnection(asyncio.BufferedProtocol):
+    """The client side. Owns the pair: it dials the upstream and tears both down, and
+    holds the parts above; a read goes to the scanner first (``reads``), what it leaves
+    to its reader, and what comes out to the other socket."""
 
     # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
-    # many attributes is ~1.3 kB a connection; docs/hot-path.md).
+    # many attributes is ~1.3 kB a connection; docs/memory.md).
     __slots__ = (
-        "_client_pauses",
         "_closed",
-        "_fallbacks",
-        "_first_done",
-        "_folded_in",
-        "_folded_out",
         "_held",
-        "_held_size",
-        "_passthrough",
         "_throttle",
-        "_unknown_node",
-        "_upstream_pauses",
-        "counted",
+        "budget",
+        "buffer_updated",
+        "client",
+        "exchange",
         "feature_report",
+        "flow",
         "gateway",
+        "held_size",
+        "inflight",
         "info",
         "listener",
-        "opened_at",
         "peer",
         "peer_ip",
         "principal",
         "ranges",
+        "reads",
         "requests",
         "responses",
         "tls_subject",
+        "traffic",
+        "upstream",
         "upstream_address",
         "upstream_features",
         "upstream_ranges",
     )
 
+    get_buffer = staticmethod(lane.get_buffer)
+
     def __init__(self, gateway: GatewayServices, listener: str, upstream: HostPort) -> None:
         self.gateway = gateway
         self.listener = listener
         self.upstream_address = upstream
-        self.inflight = InFlight()
-        self.inflight.acks0_answered = _acks0_answered.get(upstream)
-        self.requests = RequestReader(
-            self.inflight, self._intercept_request, gateway.config.max_frame_bytes
-        )
+        max_frame_bytes = gateway.config.max_frame_bytes
+        self.inflight = inflight = InFlight()
+        inflight.acks0_answered = _acks0_answered.get(upstream)
+        self.exchange = ConnectionExchange(self)
+        self.requests = RequestReader(inflight, self.exchange.intercepts, max_frame_bytes)
         self.responses = ResponseReader(
-            self.inflight,
-            dispatch.intercepts_response,
-            gateway.config.max_frame_bytes,
-            dispatch.stream_policy,
+            inflight, dispatch.intercepts_response, max_frame_bytes, dispatch.stream_policy
         )
+        self.flow = Flow(self)
+        self.budget = Budget(self)
+        self.traffic = Traffic(self)
+        self.reads = lane.Reads(
+            self, self.flow, inflight, max_frame_bytes, gateway.limits, self.budget
+        )
+        # uvloop takes a protocol's buffer_updated once, when the transport is made: the
+        # compiled reads' own method, so a read runs no Python frame here.
+        self.buffer_updated = self.reads.client_read
+        if gateway.request_log is not None:
+            inflight.observer = self.reads.observer = self.traffic.log_request
+        # The transports, also held by ``reads`` (``_client_made``, ``upstream_made``).
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self.bytes_in = self.bytes_out = 0  # request bytes in, response bytes out
         self.info: ClientInfo | None = None
-        self.peer = "?"
+        self.peer = self.peer_ip = "?"
         self.tls_subject: str | None = None
-        # Other upstreams to try, in order, when upstream_address cannot be reached.
-        self._fallbacks: list[HostPort] = []
-        # SNI named a broker no Metadata has named yet: look it up before dialling.
-        self._unknown_node: int | None = None
         # "User:..." from the verified client certificate (ssl.principal.mapping.rules);
         # None without one. SASL principals are the broker's: the gateway never sees them.
         self.principal: str | None = None
@@ -192,36 +184,10 @@ class ClientConnection(  # type: ignore[misc]
         # The features the upstream reported, and what clients are told (both merged).
         self.upstream_features = NO_FEATURES
         self.feature_report = NO_FEATURES
-        self._passthrough: dict[int, VersionRange] = {}
         # Client bytes that arrived before negotiation finished.
         self._held: list[bytes] = []
-        self._held_size = 0
+        self.held_size = 0
         self._closed = False
-        # Reasons (bits above) each side's reading is paused.
-        self._client_pauses = Pauses()
-        self._upstream_pauses = Pauses()
-        self.draining = False
-        # Byte counts already folded into the Prometheus counters.
-        self._folded_in = 0
-        self._folded_out = 0
-        self.observer = None
-        if gateway.request_log is not None:
-            self.inflight.observer = self.observer = self._log_request
-        # Connection limits (gateway/server/limits.py).
-        self.peer_ip = "?"
-        self.opened_at = 0.0
-        self.charged = 0  # bytes counted against queued_max_request_bytes
-        self.partial = 0  # of ``charged``: partial frames (see ``recharge_writes``)
-        self.limits = gateway.limits
-        self.budget_on = bool(gateway.limits.budget)
-        # What the scanner may take: nothing until the upstream's versions are known.
-        self.table = None
-        self.entries = self.inflight.entries
-        self.counts = self.inflight.counts
-        self.max_frame_bytes = gateway.config.max_frame_bytes
-        self.scan_requests_ok = self.scan_responses_ok = False
-        self._first_done = False
-        self.counted = False  # in the caps' counts (ConnectionLimits.admit/release)
         # The pending start of a connection held by the creation-rate throttle.
         self._throttle: asyncio.TimerHandle | None = None
 
@@ -229,17 +195,16 @@ class ClientConnection(  # type: ignore[misc]
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport, hence the cast.
         client = cast(asyncio.Transport, transport)
-        self.client = client
-        client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
+        self._client_made(client)
         peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_ip = peer[0] if peer else "?"
         limits = self.gateway.limits
-        if limits.admit(self) is not None:
+        if limits.admit(self.budget) is not None:
             self._closed = True  # over a cap: closed at accept, as Kafka's acceptor does
             client.abort()
             return
-        delay = limits.creation_delay(self)
+        delay = limits.creation_delay(self.budget)
         if delay is None:  # over the creation rate for longer than it may wait: closed
             self._closed = True
             client.abort()
@@ -248,10 +213,14 @@ class ClientConnection(  # type: ignore[misc]
             # Over max_connection_creation_rate: Kafka's acceptor waits before taking
             # the connection; the kernel has taken it here, so it is held unread (its
             # bytes wait in the socket) until its token is due.
-            self.pause_client(THROTTLED)
+            self.flow.pause_client(THROTTLED)
             self._throttle = asyncio.get_running_loop().call_later(delay, self._serve)
             return
         self._serve()
+
+    def _client_made(self, client: asyncio.Transport) -> None:
+        client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
+        self.client = self.reads.client = client
 
     def _serve(self) -> None:
         """Start serving an accepted connection (at once, or after its throttle)."""
@@ -261,14 +230,16 @@ class ClientConnection(  # type: ignore[misc]
             self._throttle = None
             if self._closed:
                 return
-            self.resume_client(THROTTLED)
-        self.opened_at = self.gateway.limits.clock()
+            self.flow.resume_client(THROTTLED)
+        self.budget.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
         # The verified client certificate (TLS with client auth); for log lines.
         self.tls_subject = peer_subject(ssl_object)
         if ssl_object is not None:
             rules = cached_rules(self.gateway.config.tls_principal_mapping_rules)
             self.principal = principal_of(rules, ssl_object.getpeercert())
+        fallbacks: tuple[HostPort, ...] = ()
+        unknown_node = None
         if self.gateway.sni is not None:
             # One port for every broker: the handshake's server name chose the broker.
             route = self.gateway.sni.routed(ssl_object)
@@ -276,36 +247,30 @@ class ClientConnection(  # type: ignore[misc]
                 client.abort()
                 return
             self.listener, self.upstream_address = route.listener, route.upstream
-            self._fallbacks = list(route.fallbacks)
-            self._unknown_node = route.unknown_node
+            fallbacks, unknown_node = route.fallbacks, route.unknown_node
         self.info = self.gateway.connection_opened(self)
-        asyncio.get_running_loop().create_task(self._connect_upstream())
-
-    def read_filled_client(self) -> None:
-        """A client read filled the buffer: libuv would read this socket again in this
-        turn; the loop's other work goes first (READ_BYTES)."""
-        self.pause_client(SLICE)
-        asyncio.get_running_loop().call_soon(self.resume_client, SLICE)
+        asyncio.get_running_loop().create_task(dial(self, fallbacks, unknown_node))
 
     def data_received(self, data: bytes) -> None:
         """A client read the scanner did not take (or what was left of it)."""
         if self.info is not None and self.info.awaiting_first:  # hook: first request's client id
             self.gateway.registry.first_read(self, data)
+        reads = self.reads
         if self.ranges is None:
             self._held.append(data)
-            self._held_size += len(data)
-            if self._held_size > PENDING_HIGH:
-                self.pause_client(HELD)
+            self.held_size += len(data)
+            if self.held_size > PENDING_HIGH:
+                self.flow.pause_client(HELD)
         else:
-            self.bytes_in += len(data)
+            reads.bytes_in += len(data)
             items = self.requests.feed(data)
             if len(items) == 1 and items[0] is data:  # forwarded whole, the commonest
                 self.upstream.write(data)  # type: ignore[union-attr]
             else:
                 self._to_upstream(items)
-            self._scan_state()
-        if self.budget_on:
-            self._recharge()
+            self.scan_state()
+        if reads.budget_on:
+            self.budget.recharge()
 
     def _to_upstream(self, items: list[Item]) -> None:
         upstream = self.upstream
@@ -315,12 +280,12 @@ class ClientConnection(  # type: ignore[misc]
                 upstream.write(item)
             elif isinstance(item, RequestFrame):
                 try:
-                    dispatch.on_request(self, item)
+                    dispatch.on_request(self.exchange, item)
                 except Exception as exc:  # a bug must cost this connection, not the loop
-                    self._handler_failed(item, exc)
+                    self.exchange.handler_failed(item, exc)
                     return
             elif isinstance(item, ProtocolViolation):
-                self._violation("client", item)
+                self.exchange.violated("client", item)
                 return
 
     def eof_received(self) -> bool:
@@ -341,39 +306,89 @@ class ClientConnection(  # type: ignore[misc]
         self.gateway.connection_closed(self)
 
     def pause_writing(self) -> None:
-        self.pause_upstream(BACKPRESSURE)
+        self.flow.pause_upstream(BACKPRESSURE)
 
     def resume_writing(self) -> None:
-        self.resume_upstream(BACKPRESSURE)
+        self.flow.resume_upstream(BACKPRESSURE)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def in_flight(self) -> int:
         """Requests awaiting a response."""
         return len(self.inflight)
+
+    def who(self) -> dict[str, object]:
+        """Who this is, for log lines: the registry's fields once it is served."""
+        return self.info.log_fields() if self.info is not None else {"peer": self.peer}
 
     def drained(self) -> None:
         """Draining, the scanner took a read of responses: close once none is left."""
         if not self.in_flight():
             self.close()
 
-    def _scan_state(self) -> None:
+    def scan_state(self) -> None:
         """Say which reads the scanner may take next, after the Python path read: a
         side's, when its reader is between frames and no SASL exchange is on (raw
         tokens are no frames to scan). The scanner's own reads change neither."""
-        if self.table is None or self._closed or self.inflight.sasl.state:
-            self.scan_requests_ok = self.scan_responses_ok = False
+        reads = self.reads
+        if reads.table is None or self._closed or self.inflight.sasl.state:
+            reads.scan_requests_ok = reads.scan_responses_ok = False
             return
-        self.scan_requests_ok = not self.draining and not self.requests.mid_frame
-        if self.info is not None and self.info.awaiting_first:  # hook: first request to Python
-            self.scan_requests_ok = False
-        self.scan_responses_ok = not self.responses.mid_frame
+        reads.scan_requests_ok = not reads.draining and not self.requests.mid_frame
+        if self.info is not None and self.info.awaiting_first:  # the first request's client id
+            reads.scan_requests_ok = False
+        reads.scan_responses_ok = not self.responses.mid_frame
 
     # -- upstream socket -----------------------------------------------------------
+    def upstream_made(self, upstream: asyncio.Transport) -> None:
+        """``dial`` connected the upstream (its ApiVersions goes out next)."""
+        upstream.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
+        self.upstream = self.reads.upstream = upstream
+
+    def negotiated(
+        self, upstream_ranges: dict[int, VersionRange], upstream_features: FeatureReport
+    ) -> None:
+        """The upstream answered ApiVersions: serve the client's bytes held until now."""
+        # The copy every connection to this upstream shares (this one's own goes).
+        self.upstream_ranges = self.gateway.negotiated(
+            self.upstream_address, upstream_ranges, upstream_features
+        ).upstream
+        self.upstream_features = upstream_features
+        self.renegotiate()
+        held, self._held = self._held, []
+        self.held_size = 0
+        for data in held:
+            self.data_received(data)
+            if self._closed:
+                return
+        self.flow.resume_client(HELD)
+
+    def renegotiate(self) -> None:
+        """(Re)compute what this connection may use, e.g. after finalized levels changed.
+
+        Clients only re-read ApiVersions on a new connection; until then a version the
+        new levels withhold is answered with UNSUPPORTED_VERSION, as Kafka does.
+        """
+        if self.upstream is None or (not self.upstream_ranges and self.ranges is None):
+            return
+        negotiated = self.gateway.negotiated(
+            self.upstream_address, self.upstream_ranges, self.upstream_features
+        )
+        self.ranges, self.exchange.passthrough = negotiated.ranges, negotiated.passthrough
+        self.feature_report = self.gateway.feature_report(self.upstream_features)
+        self.reads.table = self.requests.table = self.responses.table = negotiated.lane
+        self.scan_state()
+
     def upstream_data(self, data: bytes) -> None:
-        """An upstream read."""
+        """An upstream read the scanner did not take (or what was left of it)."""
         client = self.client
         if client is None:
             return
-        self.bytes_out += len(data)
+        reads = self.reads
+        reads.bytes_out += len(data)
+        exchange = self.exchange
         # What one read gives the client goes out in one system call (uvloop's writelines
         # is one writev). Written one by one, eight pipelined answers were
         # eight sends, which cost more than everything else the gateway did with them.
@@ -388,13 +403,13 @@ class ClientConnection(  # type: ignore[misc]
                     _send(client, out)
                     cast(InternalHandler, handler)(memoryview(item.frame)[4:])
                 else:
-                    out.append(dispatch.rewrite_frame(self, item))
+                    out.append(dispatch.rewrite_frame(exchange, item))
             elif isinstance(item, ResponseHead):
-                out.append(dispatch.rewrite_head(self, item))
+                out.append(dispatch.rewrite_head(exchange, item))
             elif isinstance(item, ResponseTail):
-                out.append(dispatch.rewrite_tail(self, item))
+                out.append(dispatch.rewrite_tail(exchange, item))
             elif isinstance(item, UnreadableResponse):
-                self.rewrite_failed(item.request, item.detail)
+                exchange.rewrite_failed(item.request, item.detail)
             elif isinstance(item, DroppedResponse):
                 self.gateway.metrics.dropped_responses.inc()
                 if item.acks0:
@@ -408,18 +423,18 @@ class ClientConnection(  # type: ignore[misc]
                 )
             elif isinstance(item, ProtocolViolation):
                 _send(client, out)  # the whole responses before it still go out
-                self._violation("upstream", item)
+                exchange.violated("upstream", item)
                 return
         _send(client, out)
         if self.requests.held and not self._closed:
             # Client bytes sent out of turn in a SASL exchange were held
             # until the broker answered; the broker has moved on, take them up again.
             self._to_upstream(self.requests.resume())
-        if self.draining and not self.in_flight():
+        if reads.draining and not self.in_flight():
             self.close()
-        self._scan_state()
-        if self.budget_on:
-            self._recharge()
+        self.scan_state()
+        if reads.budget_on:
+            self.budget.recharge()
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -435,28 +450,12 @@ class ClientConnection(  # type: ignore[misc]
             )
         self.close()
 
-    def pause_client(self, reason: int) -> None:
-        self._client_pauses.pause(self.client, reason)
-
-    def resume_client(self, reason: int) -> None:
-        self._client_pauses.resume(self.client, reason, self._closed)
-
-    def read_filled_upstream(self) -> None:
-        """An upstream read filled the buffer (see ``read_filled_client``)."""
-        self.pause_upstream(SLICE)
-        asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)
-
-    def pause_upstream(self, reason: int) -> None:
-        self._upstream_pauses.pause(self.upstream, reason)
-
-    def resume_upstream(self, reason: int) -> None:
-        self._upstream_pauses.resume(self.upstream, reason, self._closed)
-
+    # -- closing -------------------------------------------------------------------
     def drain(self) -> None:
         """Stop taking requests; close once every in-flight request was answered."""
-        self.draining = True
-        self.scan_requests_ok = False
-        self.pause_client(DRAINING)
+        self.reads.draining = True
+        self.reads.scan_requests_ok = False
+        self.flow.pause_client(DRAINING)
         if not self.in_flight():
             self.close()
 
@@ -465,7 +464,7 @@ class ClientConnection(  # type: ignore[misc]
             return
         self._closed = True
         # A read that still comes takes the Python path, which knows the pair is closed.
-        self.scan_requests_ok = self.scan_responses_ok = False
+        self.reads.scan_requests_ok = self.reads.scan_responses_ok = False
         # transport.close() still flushes what is buffered, so answered requests reach
         # the client before the socket goes.
         if self.client is not None:
@@ -476,7 +475,7 @@ class ClientConnection(  # type: ignore[misc]
 
     def abort(self) -> None:
         self._closed = True
-        self.scan_requests_ok = self.scan_responses_ok = False
+        self.reads.scan_requests_ok = self.reads.scan_responses_ok = False
         for transport in (self.client, self.upstream):
             if transport is not None:
                 transport.abort()
@@ -487,18 +486,18 @@ class ClientConnection(  # type: ignore[misc]
         handshake) now, and give the budget back what it no longer holds.
 
         The connection object itself outlives the close: its readers hold bound
-        methods of it, so it is freed by the cyclic garbage collector, whose full
-        passes are rare in a gateway (few Python objects live long enough to trigger
-        one). Freed only then, the partial frames of closed attackers stayed: about
-        100 MB a worker after three rounds of 60, each sending 20 MB of a 50 MB
-        request, on a 64 MiB budget (docs/memory.md)."""
+        methods of its parts, which hold it, so it is freed by the cyclic garbage
+        collector, whose full passes are rare in a gateway (few Python objects live
+        long enough to trigger one). Freed only then, the partial frames of closed
+        attackers stayed: about 100 MB a worker after three rounds of 60, each sending
+        20 MB of a 50 MB request, on a 64 MiB budget (docs/memory.md)."""
         self.requests.discard()
         self.responses.discard()
         self._held = []
-        self._held_size = 0
-        if self.charged:
+        self.held_size = 0
+        if self.reads.charged:
             # What the transports still flush stays counted until connection_lost.
-            self._recharge()
+            self.budget.recharge()
 
 
 __all__ = ["READ_BYTES", "ClientConnection", "PlainTable", "UpstreamConnection"]

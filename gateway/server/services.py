@@ -18,8 +18,15 @@ from ..features.report import FeatureReport
 from ..interceptors.context import GatewayView
 from ..observability.logging import RequestLog
 from ..versions import VersionRange
-from .limits import ConnectionLimits
+from .limits import ConnectionLimits, Limited
 from .sni import SniRouter
+
+
+class Folding(Protocol):
+    """A connection's counts for the metrics and /connections (``traffic.Traffic``)."""
+
+    def fold(self) -> None: ...
+    def sync(self) -> None: ...
 
 
 class Connection(Protocol):
@@ -28,9 +35,9 @@ class Connection(Protocol):
     peer: str
     listener: str
     info: ClientInfo | None
-    charged: int
-
-    def fold_stats(self) -> None: ...
+    # What the limits count of it (``budget.Budget``), and its counts.
+    budget: Limited
+    traffic: Folding
 
 
 class GatewayServices(GatewayView, Protocol):

@@ -46,6 +46,9 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
 
 T = TypeVar("T", bound=RecordingTransport)
 
@@ -56,7 +59,7 @@ def connected(transport: Callable[[], T], **settings: object) -> tuple[ClientCon
     cfg = load_config(None, {"upstream": "127.0.0.1:9092", "listen": "127.0.0.1:0", **settings})
     conn = ClientConnection(Gateway(cfg), "sidecar", cfg.upstream)  # type: ignore[arg-type]
     client, upstream = transport(), transport()
-    conn.client = client  # type: ignore[assignment]
-    conn.upstream = upstream  # type: ignore[assignment]
-    conn._negotiated(gateway_supported(), NO_FEATURES)
+    conn._client_made(client)  # type: ignore[arg-type]
+    conn.upstream_made(upstream)  # type: ignore[arg-type]
+    conn.negotiated(gateway_supported(), NO_FEATURES)
     return conn, client, upstream

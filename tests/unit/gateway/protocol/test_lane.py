@@ -94,7 +94,7 @@ def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -
     tagged section (Produce v10+, Fetch v16+), which the lane walks, and those rewritten
     only in their head (Metadata), whose heads the lane may replace."""
     conn, _, _ = connected(RecordingTransport)
-    table = conn.table
+    table = conn.reads.table
     assert table is not None
     for key in range(-1, 140):
         for version in range(-1, 20):
@@ -102,7 +102,7 @@ def test_the_plain_table_is_the_pass_through_table_minus_rewritten_responses() -
             forwarded = (
                 key < 128
                 and key != 17  # SaslHandshake: raw tokens may follow
-                and not conn._intercept_request(key, version)
+                and not conn.exchange.intercepts(key, version)
             )
             walked = (
                 forwarded
@@ -330,12 +330,12 @@ class Side:
         if book is not None:  # both sides of a stream ask one book
             self.conn.gateway.router = book  # type: ignore[assignment]
             self.conn.gateway._negotiated.clear()  # a lane table made with this book
-            self.conn._negotiated(gateway_supported(), NO_FEATURES)
+            self.conn.negotiated(gateway_supported(), NO_FEATURES)
         self.lane = lane
         if not lane:  # the readers alone, without the scanner
             conn = self.conn
-            conn.table = conn.requests.table = conn.responses.table = None
-            conn.scan_requests_ok = conn.scan_responses_ok = False
+            conn.reads.table = conn.requests.table = conn.responses.table = None
+            conn.reads.scan_requests_ok = conn.reads.scan_responses_ok = False
         # The request log's lines (every request's, when log_requests is 1).
         self.logged: list[dict[str, object]] = []
         if self.conn.gateway.request_log is not None:
@@ -415,10 +415,10 @@ def _run(seed: int) -> tuple[Side, Side]:
 
 
 def _counts(conn: ClientConnection) -> tuple[object, ...]:
-    conn.fold_stats()  # the lane's counts into the ApiStats, then into the metrics
+    conn.traffic.fold()  # the lane's counts into the ApiStats, then into the metrics
     metrics = conn.gateway.metrics
     traffic = metrics.traffic
-    conn.sync_info()
+    conn.traffic.sync()
     info = conn.info
     return (
         {name: metrics.rewrite_errors.labels(name)._value.get() for name in ("Produce", "Fetch")},
@@ -426,8 +426,8 @@ def _counts(conn: ClientConnection) -> tuple[object, ...]:
         dict(traffic.responses),
         {key: sum(histogram[1:]) for key, histogram in traffic.latency.items()},
         conn.in_flight(),
-        conn.bytes_in,
-        conn.bytes_out,
+        conn.reads.bytes_in,
+        conn.reads.bytes_out,
         conn.requests.frames,
         info and (info.requests, info.bytes_in, info.bytes_out),
     )
@@ -518,7 +518,7 @@ def test_the_scanner_and_the_readers_share_one_table() -> None:
     first_two += 4 + struct.unpack_from(">i", answers, first_two)[0]
     side.upstream_read(answers[:first_two])  # DescribeGroups and FindCoordinator answered
     assert [e.correlation_id for e in conn.inflight.entries] == [3, 4]
-    assert conn.scan_responses_ok
+    assert conn.reads.scan_responses_ok
     side.upstream_read(answers[first_two:])
     assert conn.in_flight() == 0
     assert conn.inflight.fold().responses == {(DESCRIBE_GROUPS, 0): 3, (10, 1): 1}

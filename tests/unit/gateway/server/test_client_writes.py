@@ -82,7 +82,7 @@ def test_what_came_before_a_handled_response_goes_out_before_its_handler_runs() 
             internal_id = correlation_id
             return 0, _describe_groups(correlation_id)[0]
 
-        conn.ask_upstream(
+        conn.exchange.ask_upstream(
             DESCRIBE_GROUPS, build, lambda payload: seen_by_handler.append(list(client.calls))
         )
         conn.data_received(second)

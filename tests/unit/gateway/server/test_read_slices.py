@@ -18,8 +18,10 @@ from collections.abc import Awaitable, Callable
 
 import uvloop
 
+from gateway.protocol import InFlight
 from gateway.server import proxy
 from gateway.server.proxy import READ_BYTES, ClientConnection, UpstreamConnection
+from gateway.server.reads import lane
 from tests.unit._connection import RecordingTransport, connected
 
 DESCRIBE_GROUPS = 15
@@ -91,12 +93,12 @@ def test_client_yields_keep_the_memory_pause_and_draining() -> None:
     async def main() -> None:
         conn, client, _upstream = connected(RecordingTransport)
         requests = b"".join(_request(i) for i in range(2 * READ_BYTES // 20))
-        conn.memory_pause(True)
+        conn.budget.memory_pause(True)
         assert not client.reading
         _read(conn, requests[:READ_BYTES])
         await _next_turn()
         assert not client.reading, "the yield's end resumed a client over the memory budget"
-        conn.memory_pause(False)
+        conn.budget.memory_pause(False)
         assert client.reading
 
         _read(conn, requests[READ_BYTES : 2 * READ_BYTES])
@@ -109,14 +111,17 @@ def test_client_yields_keep_the_memory_pause_and_draining() -> None:
 
 
 class RecordingPair:
-    """What an UpstreamConnection hands its reads to (the ClientConnection's methods)."""
+    """What an UpstreamConnection hands its reads to (a ClientConnection's parts): reads
+    with the scanner off, whose owner and flow this is."""
 
     def __init__(self) -> None:
-        self.reads: list[bytes] = []
+        self.data: list[bytes] = []
         self.lost = asyncio.get_running_loop().create_future()
+        self.reads = lane.Reads(self, self, InFlight(), 1 << 20)
+        self.flow = self
 
     def upstream_data(self, data: bytes) -> None:
-        self.reads.append(data)
+        self.data.append(data)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self.lost.set_result(exc)
@@ -142,8 +147,8 @@ def test_reads_come_in_units_of_read_bytes_and_outlive_the_shared_buffer() -> No
         await loop.sock_sendall(theirs, sent)
         theirs.close()
         await asyncio.wait_for(pair.lost, 10)
-        assert all(isinstance(read, bytes) for read in pair.reads)
-        assert max(len(read) for read in pair.reads) <= READ_BYTES
-        assert b"".join(pair.reads) == sent
+        assert all(isinstance(read, bytes) for read in pair.data)
+        assert max(len(read) for read in pair.data) <= READ_BYTES
+        assert b"".join(pair.data) == sent
 
     _run(main)
