@@ -22,7 +22,6 @@ from ._rules import (
     REQUEST_HEAD,
     REQUEST_HEAD_BYTES,
     TOKENS,
-    UNANSWERED,
     UNREADABLE,
     FrameError,
     take_requests,
@@ -106,9 +105,10 @@ class RequestReader(FrameReader):
         """Kafka requests from ``pos``; return where a SASL exchange takes over, else n.
 
         The scanner takes the plain frames (``table``); the rules' loop
-        (``_rules.take_requests``, the twin's own) the others nobody intercepts; here is
-        only the frame where it stops, and why: intercepted, a SaslHandshake v0, an
-        acks=0 produce, acks not here yet, or an error that closes the connection."""
+        (``_rules.take_requests``, the twin's own) the others nobody intercepts, acks=0
+        produces included (``InFlight.add_acks0``); here is only the frame where it
+        stops, and why: intercepted, a SaslHandshake v0, acks not here yet, or an error
+        that closes the connection."""
         n = len(data)
         span = pos  # start of a run of whole pass-through frames, forwarded as one slice
         inflight = self._inflight
@@ -119,13 +119,14 @@ class RequestReader(FrameReader):
         table = self.table
         # After the scanner, the loop takes one frame: the scanner may take the next.
         most = -1 if table is None else 1
+        add_acks0 = inflight.add_acks0
         while n - pos >= REQUEST_HEAD_BYTES:
             if table is not None:  # plain frames after one read here
                 pos += scan_requests(data, pos, n, table, entries, counts, max_size)
             try:
                 pos, why = take_requests(
                     data, pos, n, None, intercept, InFlightRequest, entries, counts, max_size,
-                    most,
+                    most, False, add_acks0,
                 )  # fmt: skip
             except FrameError as exc:
                 if span < exc.at:  # the whole frames before the bad one still go out
@@ -139,7 +140,7 @@ class RequestReader(FrameReader):
                 break
             if why == DONE:
                 continue
-            size, key, version, correlation_id = REQUEST_HEAD.unpack_from(mv, pos)
+            size, _key, version, _id = REQUEST_HEAD.unpack_from(mv, pos)
             end = pos + 4 + size
             if why == INTERCEPTED:  # counted; its entry once gathered (_emit_gathered)
                 if span < pos:
@@ -174,14 +175,6 @@ class RequestReader(FrameReader):
                     end = n
                 out.append(mv[span:end])
                 return end
-            if why == UNANSWERED:
-                inflight.add_acks0(key, version, correlation_id, end - pos)
-                if end > n:
-                    self._pass = end - n
-                    pos = n
-                    break
-                pos = end
-                continue
             if why == UNREADABLE:
                 detail = "produce request ends before acks"
                 try:  # read again, for the reason

@@ -46,7 +46,7 @@ PARTIAL = 0  # not all here (a reader takes a request if its acks are here, see 
 LEFT = 1  # not the twin's to take (its table), or an answer the reader's to judge
 INTERCEPTED = 2  # a request a reader's policy asks for (counted; gathered by the reader)
 TOKENS = 3  # a SaslHandshake v0: raw SASL tokens may follow, what comes next waits
-UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (``InFlight.add_acks0``)
+UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (the twin leaves it)
 UNREADABLE = 5  # a Produce whose acks cannot be read (``produce_acks`` says why)
 DONE = 6  # no frame to stop at: fewer bytes than a head left, or ``most`` taken
 
@@ -93,6 +93,7 @@ def take_requests(
     max_frame_bytes: int,
     most: int = -1,
     tokens: bool = False,
+    unanswered: Callable[[int, int, int, int], None] | None = None,
 ) -> tuple[int, int]:
     """Take the requests of ``buf[start:end]`` that need no more than the rules: give
     each an entry (``make``; its size) at the end of ``entries`` and a count in
@@ -105,7 +106,8 @@ def take_requests(
     here (its end, returned, is then past ``end``), and ``intercept`` (a reader's
     ``RequestPolicy``) leaves the frames it asks for, counted (their entries come once
     they are gathered). A SaslHandshake v0 is left unless ``tokens`` (the reader read
-    its mechanism)."""
+    its mechanism); an acks=0 produce too, unless ``unanswered`` (a reader's
+    ``InFlight.add_acks0``, which counts it and may keep it) takes it."""
     pos = start
     view = None  # of buf, made for the first Produce
     while end - pos >= REQUEST_HEAD_BYTES:
@@ -124,22 +126,27 @@ def take_requests(
         elif intercept is not None and intercept(key, version):
             counts.request(key, version)
             return pos, INTERCEPTED
+        awaited = True
         if key == PRODUCE:  # the one request Kafka may leave unanswered: acks=0
             if view is None:
                 view = memoryview(buf)
             try:
-                if produce_acks(view[pos + 4 : min(stop, end)], version) == 0:
-                    return pos, UNANSWERED
+                awaited = produce_acks(view[pos + 4 : min(stop, end)], version) != 0
             except Incomplete:
                 return pos, PARTIAL if stop > end else UNREADABLE
             except Malformed:
                 return pos, UNREADABLE
+            if not awaited and unanswered is None:
+                return pos, UNANSWERED
         elif key == SASL_HANDSHAKE and version == 0 and not tokens:
             return pos, TOKENS
-        entry = make(key, version, correlation_id)
-        entry.request_bytes = stop - pos
-        entries.append(entry)
-        counts.request(key, version)
+        if awaited:
+            entry = make(key, version, correlation_id)
+            entry.request_bytes = stop - pos
+            entries.append(entry)
+            counts.request(key, version)
+        else:
+            unanswered(key, version, correlation_id, stop - pos)  # type: ignore[misc]
         pos = stop
         most -= 1
         if not most:
