@@ -40,6 +40,9 @@ REQUEST_MIN_SIZE = 8
 RESPONSE_MIN_SIZE = 4
 TOKEN_MIN_SIZE = 0
 _NONE = (1, 0)  # no versions
+# A Produce's acks lies within its first bytes unless its client id or transactional id
+# is long: that many are copied to read it (a produce may be megabytes long).
+_ACKS_WITHIN = 256
 
 # Why a loop stopped at a frame (its size is within bounds):
 PARTIAL = 0  # not all here (a reader takes a request if its acks are here, see below)
@@ -128,10 +131,17 @@ def take_requests(
             return pos, INTERCEPTED
         awaited = True
         if key == PRODUCE:  # the one request Kafka may leave unanswered: acks=0
-            if view is None:
-                view = memoryview(buf)
             try:
-                awaited = produce_acks(view[pos + 4 : min(stop, end)], version) != 0
+                # A copy of the start, where acks nearly always is; else read in place.
+                head = buf[pos + 4 : min(stop, end, pos + 4 + _ACKS_WITHIN)]
+                try:
+                    awaited = produce_acks(head, version) != 0
+                except Incomplete:
+                    if len(head) < _ACKS_WITHIN:
+                        raise
+                    if view is None:
+                        view = memoryview(buf)
+                    awaited = produce_acks(view[pos + 4 : min(stop, end)], version) != 0
             except Incomplete:
                 return pos, PARTIAL if stop > end else UNREADABLE
             except Malformed:
@@ -180,12 +190,14 @@ def releases_local(entries: list[Any], after: int) -> bool:
     """Whether answering the entry before ``after`` lets a local answer behind it go
     out (only acks=0 produces between them, which get no answer): ``InFlight.finish``
     does that, so the loop leaves such an answer to it."""
-    for i in range(after, len(entries)):  # no copy of the rest of the table
-        entry = entries[i]
+    count = len(entries)
+    while after < count:  # no copy of the rest of the table, no iterator: a frame's cost
+        entry = entries[after]
         if entry.local is not None:
             return True
         if entry.expects_response:
             return False
+        after += 1
     return False
 
 
