@@ -251,7 +251,7 @@ def scan_requests(
         pos, _ = take_requests(
             buf,
             start,
-            min(end, len(buf)),
+            end if end < len(buf) else len(buf),
             table._plain.get,
             None,
             InFlightRequest,
@@ -284,7 +284,7 @@ def match_responses(
         pos, _ = take_responses(
             buf,
             start,
-            min(end, len(buf)),
+            end if end < len(buf) else len(buf),
             table._forwarded.get,
             table.take,
             None,
