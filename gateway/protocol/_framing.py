@@ -134,14 +134,6 @@ class FrameReader:
         self._failed = True
         out.append(ProtocolViolation(reason, detail))
 
-    def _size_problem(self, size: int, minimum: int) -> tuple[str, str] | None:
-        """(reason, detail) when a frame's size field rules it out, else None."""
-        if size > self._max:
-            return "oversize_frame", f"frame of {size} bytes exceeds max_frame_bytes={self._max}"
-        if size < minimum:
-            return "malformed_frame", f"frame of {size} bytes is shorter than a header"
-        return None
-
     def _start_gather(
         self, mv: memoryview, pos: int, end: int, n: int, meta: object, out: list[Item]
     ) -> int:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from time import perf_counter
 
 from ._entry import InFlightRequest
+from ._rules import answers, count_response
 from ._sasl import SaslExchange
 from ._scanner import Counts
 from ._stats import ApiStats
@@ -44,14 +46,13 @@ class InFlight:
     """
 
     __slots__ = (
-        "_entries",
         "_local_pending",
         "_optional",
         "acks0_answered",
         "counts",
+        "entries",
         "observer",
         "sasl",
-        "stats",
     )
 
     def __init__(self) -> None:
@@ -60,14 +61,15 @@ class InFlight:
         # through the C API, without a method call (the requests in flight on one
         # connection are few, so moving the rest up costs nothing that shows), and an
         # empty one is 56 bytes (a deque keeps a block of 64 slots: 760 bytes). Never
-        # rebound: the connection's compiled reads hold it.
-        self._entries: list[InFlightRequest] = []
+        # rebound: the connection's compiled reads hold it. The scanner and the rules'
+        # loops (``_rules``) add and take entries in it as the readers do.
+        self.entries: list[InFlightRequest] = []
         self._local_pending = 0  # entries holding a local answer (``answer_locally``)
         self._optional = 0  # acks=0 entries in ``entries``
         # Whether the upstream answers acks=0 produces; None until it has shown it.
         self.acks0_answered: bool | None = None
-        self.stats = ApiStats()
-        # What the scanner counted, folded into ``stats`` by ``fold``.
+        # The connection's requests and answers, counted by the scanner and the readers
+        # alike (``_rules``), until ``fold`` hands them over.
         self.counts = Counts()
         # A SaslHandshake v0 exchange switches both directions to raw tokens; the two
         # readers share this connection-wide state through the table they share.
@@ -77,25 +79,29 @@ class InFlight:
 
     def __len__(self) -> int:
         """Requests still awaiting a response (acks=0 produces do not count)."""
-        return len(self._entries) - self._optional
+        return len(self.entries) - self._optional
 
     def add(
         self, api_key: int, api_version: int, correlation_id: int, to_upstream: bool = True
     ) -> InFlightRequest:
         entry = InFlightRequest(api_key, api_version, correlation_id, to_upstream)
-        self._entries.append(entry)
+        self.entries.append(entry)
         return entry
 
-    def add_acks0(self, api_key: int, api_version: int, correlation_id: int) -> None:
-        """An acks=0 produce went upstream: remember it while its answer may come."""
+    def add_acks0(self, api_key: int, api_version: int, correlation_id: int, size: int) -> None:
+        """An acks=0 produce (``size`` bytes) went upstream: count it, and remember it
+        while its answer may come."""
+        self.counts.request(api_key, api_version)
         if self.acks0_answered is False or self._optional >= ACKS0_KEPT:
             return
-        self._entries.append(InFlightRequest(api_key, api_version, correlation_id, True, False))
+        entry = InFlightRequest(api_key, api_version, correlation_id, True, False)
+        entry.request_bytes = size
+        self.entries.append(entry)
         self._optional += 1
 
     def get(self, correlation_id: int) -> InFlightRequest | None:
         """The earliest awaited request with this correlation id."""
-        for entry in self._entries:
+        for entry in self.entries:
             if entry.correlation_id == correlation_id and entry.expects_response:
                 return entry
         return None
@@ -110,20 +116,18 @@ class InFlight:
         as in flight.
         """
         skipped = 0
-        for entry in self._entries:
-            if not entry.to_upstream or entry.local is not None:
+        for entry in self.entries:
+            if answers(entry, correlation_id):
+                break
+            if entry.expects_response or not entry.to_upstream or entry.local is not None:
                 continue
+            # An acks=0 produce ahead of the answer.
             if entry.correlation_id == correlation_id:
-                if entry.expects_response:
-                    break
                 known = self.acks0_answered
-                if known is False or (known is None and self._awaited_after(entry)):
-                    # Not its answer; where order cannot tell, assume Kafka's behaviour.
-                    skipped += 1
-                    continue
-                return entry
-            if not entry.expects_response:
-                skipped += 1
+                if not (known is False or (known is None and self._awaited_after(entry))):
+                    return entry
+                # Not its answer; where order cannot tell, assume Kafka's behaviour.
+            skipped += 1
         else:
             return None
         if skipped:
@@ -139,7 +143,7 @@ class InFlight:
         request first, the response could not be for the later one.
         """
         seen = False
-        for entry in self._entries:
+        for entry in self.entries:
             if entry is acks0:
                 seen = True
             elif seen and entry.expects_response and entry.to_upstream and entry.local is None:
@@ -148,7 +152,7 @@ class InFlight:
 
     def _forget_acks0(self, before: InFlightRequest) -> None:
         """Drop the acks=0 entries ahead of ``before`` (their answers will not come)."""
-        entries = self._entries
+        entries = self.entries
         ahead = entries.index(before)
         kept = [entry for entry in entries[:ahead] if entry.expects_response]
         self._optional -= ahead - len(kept)
@@ -157,19 +161,19 @@ class InFlight:
     def acks0_answer_dropped(self, entry: InFlightRequest) -> None:
         """``entry`` (acks=0) was answered by the broker; its answer went nowhere."""
         self.acks0_answered = True
-        self._entries.remove(entry)
+        self.entries.remove(entry)
         self._optional -= 1
 
     def finish(self, entry: InFlightRequest) -> list[bytes]:
         """``entry``'s upstream response has wholly gone out; return the local
         responses that may follow it now."""
-        entries = self._entries
+        entries = self.entries
         if entries and entries[0] is entry:
             del entries[0]
         else:
             with contextlib.suppress(ValueError, AttributeError):  # finished already
                 entries.remove(entry)
-        self.stats.response(entry)
+        count_response(self.counts, entry, perf_counter())
         if self.observer is not None:
             self.observer(entry)
         return self.release_ready() if self._local_pending else []
@@ -187,7 +191,7 @@ class InFlight:
         acks=0 entries do not hold them back: no response will be sent for those.
         """
         ready: list[bytes] = []
-        entries = self._entries
+        entries = self.entries
         i = 0
         while self._local_pending and i < len(entries):
             first = entries[i]
@@ -199,20 +203,16 @@ class InFlight:
             del entries[i]
             self._local_pending -= 1
             ready.append(first.local)
-            self.stats.response(first)
+            count_response(self.counts, first, perf_counter())
             if self.observer is not None:
                 self.observer(first)
         return ready
 
     def fold(self) -> ApiStats:
-        """Hand over every count since the last fold (the scanner's too)."""
-        self.counts.fold(self.stats)
-        return self.stats.take()
-
-    @property
-    def entries(self) -> list[InFlightRequest]:
-        """The table itself, for the scanner, which adds and takes entries in it."""
-        return self._entries
+        """Hand over every count since the last fold."""
+        stats = ApiStats()
+        self.counts.fold(stats)
+        return stats
 
     @property
     def has_local_pending(self) -> bool:

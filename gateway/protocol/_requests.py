@@ -10,25 +10,32 @@ turn meanwhile are held: the I/O layer calls ``RequestReader.resume()`` when
 
 from __future__ import annotations
 
-import struct
-
 from . import _sasl
-from ._apis import PRODUCE, SASL_HANDSHAKE
+from ._entry import InFlightRequest
 from ._events import Item, RequestFrame, RequestPolicy
 from ._framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from ._headers import parse_request_header, produce_acks
 from ._inflight import InFlight
+from ._rules import (
+    DONE,
+    INTERCEPTED,
+    REQUEST_HEAD,
+    REQUEST_HEAD_BYTES,
+    TOKENS,
+    UNREADABLE,
+    FrameError,
+    take_requests,
+    token_end,
+)
 from ._sasl import handshake_mechanism
 from ._scanner import PlainTable, scan_requests
-from ._wire import INT32, Incomplete, Malformed
-
-_SIZE_KEY_VERSION_CORRELATION = struct.Struct(">ihhi")
+from ._wire import Incomplete, Malformed
 
 
 class RequestReader(FrameReader):
     """Client → upstream. Records every request that expects a response."""
 
-    __slots__ = ("_frames", "_inflight", "_intercept", "held", "table")
+    __slots__ = ("_inflight", "_intercept", "held", "table")
 
     def __init__(
         self,
@@ -39,7 +46,6 @@ class RequestReader(FrameReader):
         super().__init__(max_frame_bytes)
         self._inflight = inflight
         self._intercept = intercept
-        self._frames = 0  # request frames read here (the scanner counts its own)
         # What the scanner may take (``PlainTable``); None: every frame is read here.
         self.table: PlainTable | None = None
         # Client bytes are held while a SaslHandshake v0 exchange waits for the broker
@@ -48,8 +54,9 @@ class RequestReader(FrameReader):
 
     @property
     def frames(self) -> int:
-        """Request frames seen, the scanner's included (the connection registry)."""
-        return self._frames + self._inflight.counts.frames
+        """Request frames seen, the scanner's and the readers' (the connection
+        registry): both count in the in-flight table's ``counts``."""
+        return self._inflight.counts.frames
 
     def feed(self, data: bytes) -> list[Item]:
         # The scanner first, on a read that starts at a frame boundary: what it takes
@@ -95,53 +102,54 @@ class RequestReader(FrameReader):
                 pos = self._split_requests(data, mv, pos, out)
 
     def _split_requests(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
-        """Kafka requests from ``pos``; return where a SASL exchange takes over, else n."""
+        """Kafka requests from ``pos``; return where a SASL exchange takes over, else n.
+
+        The scanner takes the plain frames (``table``); the rules' loop
+        (``_rules.take_requests``, the twin's own) the others nobody intercepts, acks=0
+        produces included (``InFlight.add_acks0``); here is only the frame where it
+        stops, and why: intercepted, a SaslHandshake v0, acks not here yet, or an error
+        that closes the connection."""
         n = len(data)
         span = pos  # start of a run of whole pass-through frames, forwarded as one slice
         inflight = self._inflight
+        entries = inflight.entries
+        counts = inflight.counts
         intercept = self._intercept
         max_size = self._max
-        stats = inflight.stats
         table = self.table
-        while n - pos >= 12:
+        # After the scanner, the loop takes one frame: the scanner may take the next.
+        most = -1 if table is None else 1
+        add_acks0 = inflight.add_acks0
+        while n - pos >= REQUEST_HEAD_BYTES:
             if table is not None:  # plain frames after one read here
-                pos += scan_requests(
-                    data, pos, n, table, inflight.entries, inflight.counts, max_size
-                )
-                if n - pos < 12:
-                    break
-            size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(mv, pos)
-            if size > max_size or size < 8:  # inline: this loop runs once per request
-                if span < pos:  # the whole frames before the bad one still go out
-                    out.append(mv[span:pos])
-                self._fail(out, *self._size_problem(size, 8))  # type: ignore[misc]
+                pos += scan_requests(data, pos, n, table, entries, counts, max_size)
+            try:
+                pos, why = take_requests(
+                    data, pos, n, None, intercept, InFlightRequest, entries, counts, max_size,
+                    most, False, add_acks0,
+                )  # fmt: skip
+            except FrameError as exc:
+                if span < exc.at:  # the whole frames before the bad one still go out
+                    out.append(mv[span : exc.at])
+                self._fail(out, exc.reason, exc.detail)
                 return n
+            if pos >= n:
+                if pos > n:  # its last frame, not all here: the rest passes as it comes
+                    self._pass = pos - n
+                    pos = n
+                break
+            if why == DONE:
+                continue
+            size, _key, version, _id = REQUEST_HEAD.unpack_from(mv, pos)
             end = pos + 4 + size
-            if intercept is not None and intercept(key, version):
-                self._frames += 1
-                stats.count_request(key, version)
+            if why == INTERCEPTED:  # counted; its entry once gathered (_emit_gathered)
                 if span < pos:
                     out.append(mv[span:pos])
                 pos = span = self._start_gather(mv, pos, end, n, None, out)
                 if self._failed or self._gather is not None:
                     return n
                 continue
-            if key == PRODUCE:
-                try:
-                    expects_response = produce_acks(mv[pos + 4 : min(end, n)], version) != 0
-                except Incomplete:
-                    if end <= n:
-                        if span < pos:
-                            out.append(mv[span:pos])
-                        self._fail(out, "malformed_frame", "produce request ends before acks")
-                        return n
-                    break  # wait for the rest of the header
-                except Malformed as exc:
-                    if span < pos:
-                        out.append(mv[span:pos])
-                    self._fail(out, "malformed_frame", f"produce request: {exc}")
-                    return n
-            elif key == SASL_HANDSHAKE and version == 0:
+            if why == TOKENS:
                 # Raw SASL tokens may follow: what comes next waits for the answer.
                 try:
                     mechanism = handshake_mechanism(mv[pos + 4 : min(end, n)])
@@ -157,29 +165,29 @@ class RequestReader(FrameReader):
                         out.append(mv[span:pos])
                     self._fail(out, "malformed_frame", f"SaslHandshake request: {exc}")
                     return n
-                self._frames += 1
-                stats.count_request(key, version)
-                entry = inflight.add(key, version, correlation_id)
-                entry.request_bytes = size + 4
-                inflight.sasl.handshake_sent(entry, mechanism)
+                take_requests(
+                    data, pos, n, None, None, InFlightRequest, entries, counts, max_size, 1,
+                    True,
+                )  # fmt: skip
+                inflight.sasl.handshake_sent(entries[-1], mechanism)
                 if end > n:
                     self._pass = end - n
                     end = n
                 out.append(mv[span:end])
                 return end
-            else:
-                expects_response = True
-            self._frames += 1  # counted here: a produce header may first wait for more bytes
-            stats.count_request(key, version)
-            if expects_response:
-                inflight.add(key, version, correlation_id).request_bytes = size + 4
-            else:
-                inflight.add_acks0(key, version, correlation_id)
-            if end > n:
-                self._pass = end - n
-                pos = n
-                break
-            pos = end
+            if why == UNREADABLE:
+                detail = "produce request ends before acks"
+                try:  # read again, for the reason
+                    produce_acks(mv[pos + 4 : min(end, n)], version)
+                except Malformed as exc:
+                    detail = f"produce request: {exc}"
+                except Incomplete:
+                    pass
+                if span < pos:
+                    out.append(mv[span:pos])
+                self._fail(out, "malformed_frame", detail)
+                return n
+            break  # PARTIAL: wait for the rest of the header
         if span < pos:
             # A chunk of whole frames goes out as the bytes object it came in: a
             # transport writes bytes without wrapping them in a view of its own.
@@ -194,13 +202,13 @@ class RequestReader(FrameReader):
         span = pos
         sasl = self._inflight.sasl
         while n - pos >= 4:
-            (size,) = INT32.unpack_from(mv, pos)
-            if size > self._max or size < 0:
+            try:
+                end = token_end(mv, pos, self._max)
+            except FrameError as exc:
                 if span < pos:
                     out.append(mv[span:pos])
-                self._fail(out, *self._size_problem(size, 0))  # type: ignore[misc]
+                self._fail(out, exc.reason, exc.detail)
                 return n
-            end = pos + 4 + size
             verdict = sasl.client_frame(mv[pos + 4 : min(end, n)], end <= n)
             if verdict == _sasl.TOKEN:
                 if end > n:

@@ -12,8 +12,8 @@ untouched (``gateway.protocol._sasl``).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
+from time import perf_counter
 
 from . import _sasl
 from ._apis import api_name
@@ -30,10 +30,26 @@ from ._events import (
 from ._finders import HeadFinder, TailFinder
 from ._framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from ._inflight import InFlight
+from ._rules import (
+    DONE,
+    RESPONSE_HEAD,
+    RESPONSE_HEAD_BYTES,
+    FrameError,
+    take_responses,
+    token_end,
+)
 from ._scanner import PlainTable, match_responses
-from ._wire import INT16, INT32, Malformed
+from ._wire import INT16, Malformed
 
-_SIZE_CORRELATION = struct.Struct(">ii")
+# What ``take_responses`` puts its pieces in: never, without a table (heads replaced).
+_NO_PIECES: list[Item] = []
+
+
+def _with_handshake(
+    handshake: InFlightRequest, intercept: Callable[[InFlightRequest], bool] | None
+) -> Callable[[InFlightRequest], bool]:
+    """``intercept``, and the answer to ``handshake`` left to the reader too."""
+    return lambda entry: entry is handshake or (intercept is not None and intercept(entry))
 
 
 class ResponseReader(FrameReader):
@@ -95,7 +111,15 @@ class ResponseReader(FrameReader):
             return super().feed(data)
         n = len(data)
         out: list[Item] = []
-        taken = self._scan(data, 0, n, out)
+        # self._scan(data, 0, n, out), spelled out: one call less a read.
+        observer = inflight.observer
+        done: list[InFlightRequest] | None = None if observer is None else []
+        taken = match_responses(
+            data, 0, n, self.table, inflight.entries, inflight.counts, self._max, out, done
+        )
+        if done:
+            for entry in done:
+                observer(entry)  # type: ignore[misc]
         if taken == n:
             return out if out else [data]
         mv = memoryview(data)
@@ -133,15 +157,31 @@ class ResponseReader(FrameReader):
                 pos = self._split_responses(data, mv, pos, out)
 
     def _split_responses(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
-        """Kafka responses from ``pos``; return where raw SASL tokens start, else n."""
+        """Kafka responses from ``pos``; return where raw SASL tokens start, else n.
+
+        The scanner takes the plain answers (``table``); the rules' loop
+        (``_rules.take_responses``, the twin's own) the others nobody intercepts that
+        answer the oldest entries in order; here is only the frame where it stops (the
+        in-flight table's ``match_upstream`` and ``finish`` apply the same rules):
+        answers to acks=0 produces and to nothing, intercepted and streamed answers,
+        the SaslHandshake v0 answer, answers that release local ones, frames not all
+        here yet, and the errors that close the connection."""
         n = len(data)
         span = pos
         inflight = self._inflight
+        entries = inflight.entries
+        counts = inflight.counts
+        observer = inflight.observer
         intercept = self._intercept
         max_size = self._max
         handshake = inflight.sasl.handshake  # a SaslHandshake v0 awaiting its answer
+        if handshake is not None:  # its answer is the reader's (_handshake_answered)
+            intercept = _with_handshake(handshake, intercept)
         scanning = self.table is not None and not inflight.sasl.state
-        while n - pos >= 8:
+        # After the scanner, the loop takes one answer: the scanner may take the next.
+        most = 1 if scanning else -1
+        now = perf_counter()
+        while n - pos >= RESPONSE_HEAD_BYTES:
             if scanning:  # plain frames after one read here
                 pieces: list[Item] = []
                 taken = self._scan(data, pos, n, pieces)
@@ -151,14 +191,26 @@ class ResponseReader(FrameReader):
                     out.extend(pieces)
                     span = pos + taken
                 pos += taken
-                if n - pos < 8:
-                    break
-            size, correlation_id = _SIZE_CORRELATION.unpack_from(mv, pos)
-            if size > max_size or size < 4:  # inline: this loop runs once per response
-                if span < pos:  # the whole frames before the bad one still go out
-                    out.append(mv[span:pos])
-                self._fail(out, *self._size_problem(size, 4))  # type: ignore[misc]
+            done: list[InFlightRequest] | None = None if observer is None else []
+            try:
+                pos, why = take_responses(
+                    data, pos, n, None, None, intercept, now, entries, counts, max_size,
+                    _NO_PIECES, done, most,
+                )  # fmt: skip
+            except FrameError as exc:
+                if done:
+                    for answered in done:
+                        observer(answered)  # type: ignore[misc]
+                if span < exc.at:  # the whole frames before the bad one still go out
+                    out.append(mv[span : exc.at])
+                self._fail(out, exc.reason, exc.detail)
                 return n
+            if done:
+                for answered in done:
+                    observer(answered)  # type: ignore[misc]
+            if why == DONE:
+                continue
+            size, correlation_id = RESPONSE_HEAD.unpack_from(mv, pos)  # within bounds
             end = pos + 4 + size
             entry = inflight.match_upstream(correlation_id)
             acks0 = False
@@ -166,7 +218,7 @@ class ResponseReader(FrameReader):
                 inflight.acks0_answer_dropped(entry)
                 entry, acks0 = None, True
             if entry is not None:
-                entry.response_bytes = size + 4
+                entry.response_bytes = end - pos
                 if entry is handshake:
                     if span < pos:
                         out.append(mv[span:pos])
@@ -175,14 +227,14 @@ class ResponseReader(FrameReader):
                 if span < pos:
                     out.append(mv[span:pos])
                 if entry is None:
-                    out.append(DroppedResponse(correlation_id, size, acks0))
+                    out.append(DroppedResponse(correlation_id, end - pos - 4, acks0))
                     if end > n:
                         self._drop = end - n
                         pos = span = n
                         break
                     pos = span = end
                     continue
-                finder = self._tail_policy(entry, size) if self._tail_policy else None
+                finder = self._tail_policy(entry, end - pos - 4) if self._tail_policy else None
                 if finder is None:
                     pos = span = self._start_gather(mv, pos, end, n, entry, out)
                 else:
@@ -332,14 +384,14 @@ class ResponseReader(FrameReader):
         span = pos
         sasl = self._inflight.sasl
         while n - pos >= 4:
-            (size,) = INT32.unpack_from(mv, pos)
-            if size > self._max or size < 0:
+            try:
+                end = token_end(mv, pos, self._max)
+            except FrameError as exc:
                 if span < pos:
                     out.append(mv[span:pos])
-                self._fail(out, *self._size_problem(size, 0))  # type: ignore[misc]
+                self._fail(out, exc.reason, exc.detail)
                 return n
-            end = pos + 4 + size
-            sasl.server_frame(size)
+            sasl.server_frame(end - pos - 4)
             if end > n:
                 self._pass = end - n  # _current stays None: no in-flight entry to finish
                 pos = n

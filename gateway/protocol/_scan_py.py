@@ -10,11 +10,12 @@ tests/unit/gateway/protocol/test_scan.py holds the two equal on the same inputs.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from ._headers import produce_acks
+from ._apis import SASL_HANDSHAKE
+from ._rules import FrameError, take_requests, take_responses
 from ._stats import LATENCY_BUCKETS, ApiStats
 from ._walk import tags_offset
 from ._wire import Incomplete, Malformed, skip_tagged_fields
@@ -35,9 +36,7 @@ __all__ = [
 # The keys a PlainTable covers (as the compiled one's).
 _KEYS = 128
 _WALK_VERSIONS = 64
-_PRODUCE, _SASL_HANDSHAKE = 0, 17
-_SIZE_KEY_VERSION_CORRELATION = struct.Struct(">ihhi")
-_SIZE_CORRELATION = struct.Struct(">ii")
+_NONE = (1, 0)  # the versions of a key the table has none of
 
 
 class InFlightRequest:
@@ -106,7 +105,7 @@ def _tail_empty(key: int, version: int, buf: bytes, pos: int, end: int) -> bool:
 class PlainTable:
     """The compiled ``PlainTable``: what the scanner takes (see ``_scan.pyx``)."""
 
-    __slots__ = ("_forwarded", "_headed", "_walked", "book", "heads")
+    __slots__ = ("_forwarded", "_headed", "_plain", "_walked", "book", "heads")
 
     def __init__(
         self,
@@ -118,7 +117,7 @@ class PlainTable:
         book: object,
     ) -> None:
         def usable(key: int) -> bool:
-            return 0 <= key < _KEYS and key != _SASL_HANDSHAKE
+            return 0 <= key < _KEYS and key != SASL_HANDSHAKE
 
         self._forwarded = {
             key: (low, min(high, first_rewritten.get(key, 1 << 15) - 1))
@@ -135,25 +134,55 @@ class PlainTable:
             elif version == walked[key][1] + 1:  # the first run of versions only
                 walked[key] = (walked[key][0], version)
         self._walked = walked
+        # Per key, the versions of the three kinds together, as runs: what ``plain``
+        # asks of every request, in one look.
+        plain: dict[int, list[tuple[int, int]]] = {}
+        for kind in (self._forwarded, walked, self._headed):
+            for key, (low, high) in kind.items():
+                if low <= high:
+                    plain.setdefault(key, []).append((low, high))
+        self._plain = {key: _runs(spans) for key, spans in plain.items()}
         self.heads = heads
         self.book = book
 
     def plain(self, key: int, version: int) -> bool:
-        return (
-            self.forwarded(key, version) or self.walked(key, version) or self.headed(key, version)
-        )
+        """Whether the scanner takes requests of this key and version."""
+        return any(low <= version <= high for low, high in self._plain.get(key, ()))
 
     def forwarded(self, key: int, version: int) -> bool:
-        low, high = self._forwarded.get(key, (1, 0))
+        low, high = self._forwarded.get(key, _NONE)
         return low <= version <= high
 
     def walked(self, key: int, version: int) -> bool:
-        low, high = self._walked.get(key, (1, 0))
+        low, high = self._walked.get(key, _NONE)
         return low <= version <= high
 
     def headed(self, key: int, version: int) -> bool:
-        low, high = self._headed.get(key, (1, 0))
+        low, high = self._headed.get(key, _NONE)
         return low <= version <= high
+
+    def take(
+        self,
+        entry: InFlightRequest,
+        buf: bytes,
+        pos: int,
+        stop: int,
+        written: int,
+        pieces: list[bytes],
+    ) -> int:
+        """Whether the scanner takes the answer ``buf[pos:stop]`` to ``entry``, whose
+        version is not forwarded (``_rules.take_responses`` asked that first): -1 for
+        no, else up to where ``buf`` is in ``pieces`` (``written`` before), where a
+        headed answer's new start went."""
+        key, version = entry.api_key, entry.api_version  # not forwarded (the loop asked)
+        low, high = self._walked.get(key, _NONE)
+        if low <= version <= high:
+            return written if _tail_empty(key, version, buf, pos + 8, stop) else -1
+        low, high = self._headed.get(key, _NONE)
+        if low <= version <= high:
+            head = self.last_head(key, version, buf, pos, stop)
+            return -1 if head is None else _replace_head(head, buf, pos, written, pieces)
+        return -1
 
     def last_head(self, key: int, version: int, buf: bytes, pos: int, end: int) -> Any:
         """The head last rewritten for (key, version) if the frame at ``pos`` starts with
@@ -170,25 +199,41 @@ class PlainTable:
         return head
 
 
-class Counts:
-    """What the scanner counted since the last ``fold`` (see the compiled ``Counts``)."""
+def _runs(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """``spans`` of versions merged where they overlap or touch."""
+    runs: list[tuple[int, int]] = []
+    for low, high in sorted(spans):
+        if runs and low <= runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], high))
+        else:
+            runs.append((low, high))
+    return tuple(runs)
 
-    __slots__ = ("_stats", "frames")
+
+class Counts:
+    """What the scanner counted since the last ``fold`` (see the compiled ``Counts``).
+
+    ``request(key, version)`` and ``response(key, version, elapsed)`` are the
+    ``ApiStats``'s own methods, bound: a count costs one call, as in C."""
+
+    __slots__ = ("_folded", "_stats", "request", "response")
 
     def __init__(self) -> None:
         self._stats = ApiStats()
-        self.frames = 0  # requests taken, ever (the connection registry's count)
+        self._folded = 0  # requests counted before the last fold
+        self.request: Callable[[int, int], None] = self._stats.count_request
+        self.response: Callable[[int, int, float], None] = self._stats.count_response
 
-    def request(self, key: int, version: int) -> None:
-        self._stats.count_request(key, version)
-        self.frames += 1
-
-    def response(self, key: int, version: int, elapsed: float) -> None:
-        self._stats.count_response(key, version, elapsed)
+    @property
+    def frames(self) -> int:
+        """Requests counted, ever (the connection registry's count)."""
+        return self._folded + sum(self._stats.requests.values())
 
     def fold(self, stats: ApiStats) -> None:
         """Add the counts to ``stats`` and start from none."""
-        stats.merge(self._stats.take())
+        taken = self._stats.take()
+        self._folded += sum(taken.requests.values())
+        stats.merge(taken)
 
 
 def scan_requests(
@@ -200,27 +245,22 @@ def scan_requests(
     counts: Counts,
     max_frame_bytes: int,
 ) -> int:
-    """Take the plain whole requests of ``buf[start:end]``; return the bytes taken."""
-    pos = start
-    end = min(end, len(buf))
-    now = perf_counter()
-    while end - pos >= 12:
-        size, key, version, correlation_id = _SIZE_KEY_VERSION_CORRELATION.unpack_from(buf, pos)
-        stop = pos + 4 + size
-        if size < 8 or size > max_frame_bytes or stop > end or not table.plain(key, version):
-            break
-        if key == _PRODUCE:
-            try:
-                if produce_acks(buf[pos + 4 : stop], version) == 0:
-                    break
-            except (Incomplete, Malformed):
-                break
-        entry = InFlightRequest(key, version, correlation_id)
-        entry.started = now
-        entry.request_bytes = stop - pos
-        entries.append(entry)
-        counts.request(key, version)
-        pos = stop
+    """Take the plain whole requests of ``buf[start:end]``; return the bytes taken.
+    The loop and its rules are ``_rules.take_requests``, under this table."""
+    try:
+        pos, _ = take_requests(
+            buf,
+            start,
+            end if end < len(buf) else len(buf),
+            table._plain.get,
+            None,
+            InFlightRequest,
+            entries,
+            counts,
+            max_frame_bytes,
+        )
+    except FrameError as exc:  # the scanner never fails: the reader will
+        pos = exc.at
     return pos - start
 
 
@@ -236,62 +276,28 @@ def match_responses(
     done: list[Any] | None,
 ) -> int:
     """Take the whole responses of ``buf[start:end]`` that answer the table's oldest
-    plain entries; return the bytes taken."""
+    plain entries; return the bytes taken. The loop and its rules are
+    ``_rules.take_responses``, under this table (``PlainTable.take``)."""
     if not entries:
         return 0
-    pos = written = start
-    end = min(end, len(buf))
-    now = perf_counter()
-    answered, count = 0, len(entries)
-    while end - pos >= 8 and answered < count:
-        size, correlation_id = _SIZE_CORRELATION.unpack_from(buf, pos)
-        stop = pos + 4 + size
-        if size < 4 or size > max_frame_bytes or stop > end:
-            break
-        entry = entries[answered]
-        if (
-            not entry.to_upstream
-            or not entry.expects_response
-            or entry.context is not None
-            or entry.local is not None
-            or correlation_id != entry.correlation_id
-            or _releases_local(entries, answered + 1)
-        ):
-            break
-        key, version = entry.api_key, entry.api_version
-        if not table.forwarded(key, version):
-            if table.walked(key, version):
-                if not _tail_empty(key, version, buf, pos + 8, stop):
-                    break
-            elif table.headed(key, version):
-                head = table.last_head(key, version, buf, pos, stop)
-                if head is None:
-                    break
-                written = _replace_head(head, buf, pos, written, pieces)
-            else:
-                break
-        entry.response_bytes = stop - pos
-        counts.response(key, version, now - entry.started)
-        answered += 1
-        if done is not None:
-            done.append(entry)
-        pos = stop
-    if answered:
-        del entries[:answered]
-    if written > start and pos > written:
-        pieces.append(buf[written:pos])
+    try:
+        pos, _ = take_responses(
+            buf,
+            start,
+            end if end < len(buf) else len(buf),
+            table._forwarded.get,
+            table.take,
+            None,
+            perf_counter(),
+            entries,
+            counts,
+            max_frame_bytes,
+            pieces,
+            done,
+        )
+    except FrameError as exc:
+        pos = exc.at
     return pos - start
-
-
-def _releases_local(entries: list[InFlightRequest], after: int) -> bool:
-    """Whether answering the entry before ``after`` lets a local answer behind it go
-    out (only acks=0 produces between them, which get no answer)."""
-    for entry in entries[after:]:
-        if entry.local is not None:
-            return True
-        if entry.expects_response:
-            return False
-    return False
 
 
 def _replace_head(head: Any, buf: bytes, pos: int, written: int, pieces: list[bytes]) -> int:

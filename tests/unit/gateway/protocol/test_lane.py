@@ -35,8 +35,10 @@ from kio.index import load_response_schema
 
 from gateway.features.report import NO_FEATURES
 from gateway.interceptors import addresses, dispatch
-from gateway.protocol import Incomplete, InFlightRequest, Malformed, tail_program
+from gateway.protocol import Incomplete, InFlightRequest, Malformed, _requests, tail_program
 from gateway.protocol import _scanner as scanner
+from gateway.protocol._requests import RequestReader
+from gateway.protocol._responses import ResponseReader
 from gateway.protocol._stats import LATENCY_BUCKETS
 from gateway.protocol._walk import tags_offset
 from gateway.server import proxy
@@ -447,13 +449,29 @@ def test_the_lane_and_the_python_path_send_and_count_the_same(seed: int) -> None
     assert lane.logged == python.logged
 
 
+def _fed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The readers each read goes to, from now on (the Python path's reads)."""
+    fed: list[object] = []
+    for reader in (RequestReader, ResponseReader):
+
+        def feed(self: object, data: bytes, _feed: Callable[..., object] = reader.feed) -> object:
+            fed.append(self)
+            return _feed(self, data)
+
+        monkeypatch.setattr(reader, "feed", feed)
+    return fed
+
+
 @compiled_only
 @pytest.mark.parametrize("log_requests", [0.0, 0.5])
-def test_plain_requests_in_whole_reads_never_leave_the_lane(log_requests: float) -> None:
+def test_plain_requests_in_whole_reads_never_leave_the_lane(
+    log_requests: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """DescribeGroups, pipelined eight a read, answered eight a read: the Python path
     sees none of them, and an idle connection keeps no ring. With the request log on,
     the lane logs the answers it samples (the log lines themselves: see above)."""
     side = Side(lane=True, log_requests=log_requests)
+    fed = _fed(monkeypatch)
     reqs = [_describe_groups(i) for i in range(1, 65)]
     sent = {r.correlation_id: r for r in reqs}
     for start in range(0, 64, 8):
@@ -463,7 +481,7 @@ def test_plain_requests_in_whole_reads_never_leave_the_lane(log_requests: float)
     assert (len(side.logged) > 0) == bool(log_requests) and len(side.logged) < 64
     assert conn.inflight.counts.frames == 64 and conn.requests.frames == 64
     assert len(conn.inflight) == 0 and conn.inflight.entries == []
-    assert conn.inflight.stats.requests == {}  # nothing went the readers' way
+    assert fed == []  # nothing went the readers' way
     stats = conn.inflight.fold()
     assert stats.requests == {(DESCRIBE_GROUPS, 0): 64}
     assert stats.responses == {(DESCRIBE_GROUPS, 0): 64}
@@ -479,7 +497,7 @@ HEADER_TAGS = {3: b"x" * 20, 7: b""}
     [(3, None), (8, None), (9, None), (9, HEADER_TAGS), (11, HEADER_TAGS), (13, HEADER_TAGS)],
 )
 def test_the_lane_reads_acks_past_every_produce_header(
-    version: int, tagged: dict[int, bytes] | None
+    version: int, tagged: dict[int, bytes] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """acks sits after the client id, from v9 the header's tagged fields, and the
     transactional id: the lane takes the produces whose acks is not 0 and leaves those
@@ -492,14 +510,15 @@ def test_the_lane_reads_acks_past_every_produce_header(
         produce(version, 2, acks=-1, transactional_id="txn-" + "t" * 130, tagged=tagged),
         produce(version, 3, acks=1, transactional_id="txn", client_id=None, tagged=tagged),
     ]
+    fed = _fed(monkeypatch)
     side.client_read(b"".join(r.frame for r in kept))
-    assert conn.inflight.counts.frames == 3 and conn.requests.frames == 3
+    assert fed == [] and conn.requests.frames == 3
     side.client_read(produce(version, 4, acks=0, transactional_id="txn", tagged=tagged).frame)
-    assert conn.inflight.counts.frames == 3 and conn.requests.frames == 4
+    assert fed == [conn.requests] and conn.requests.frames == 4
 
 
 @compiled_only
-def test_the_scanner_and_the_readers_share_one_table() -> None:
+def test_the_scanner_and_the_readers_share_one_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """A FindCoordinator request (its answer gathered and rewritten) goes to the
     readers, between requests the scanner took, in one table and in order; once the
     readers answered it, the scanner takes the answers behind it."""
@@ -508,11 +527,19 @@ def test_the_scanner_and_the_readers_share_one_table() -> None:
     find = request(10, 1, 2, struct.pack(">h", 6) + b"group1" + b"\x00", header_version=1)
     reqs = [_describe_groups(1), find, _describe_groups(3), _describe_groups(4)]
     sent = {r.correlation_id: r for r in reqs}
+    taken: list[int] = []  # by the scanner the reader calls
+
+    def scan(*args: object, _scan: Callable[..., int] = _requests.scan_requests) -> int:
+        taken.append(_scan(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(_requests, "scan_requests", scan)
     side.client_read(reqs[0].frame)
-    assert conn.inflight.counts.frames == 1
+    assert conn.requests.frames == 1 and taken == []  # the lane's
     side.client_read(b"".join(r.frame for r in reqs[1:]))  # FindCoordinator: the reader's
     assert [e.correlation_id for e in conn.inflight.entries] == [1, 2, 3, 4]
-    assert conn.inflight.counts.frames == 3  # the scanner took the two after it
+    assert conn.requests.frames == 4
+    assert sum(taken) == len(reqs[2].frame + reqs[3].frame)  # the scanner took the two after it
     answers = side.answers(sent)
     first_two = 4 + struct.unpack_from(">i", answers, 0)[0]
     first_two += 4 + struct.unpack_from(">i", answers, first_two)[0]
@@ -526,12 +553,15 @@ def test_the_scanner_and_the_readers_share_one_table() -> None:
 
 @compiled_only
 @pytest.mark.parametrize("version", [1, 12])
-def test_the_lane_replaces_a_metadata_head_the_python_path_rewrote(version: int) -> None:
+def test_the_lane_replaces_a_metadata_head_the_python_path_rewrote(
+    version: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The first Metadata answer takes the Python path, which rewrites its head; an
     answer that starts with the same head the lane rewrites itself, the same way, until
     the book's generation moves on."""
     book = MovingBook()
     lane, python = Side(lane=True, book=book), Side(lane=False, book=book)
+    fed = _fed(monkeypatch)
     # Correlation ids 3, 10, 17: the same brokers (see _metadata_answer), 0-2 topics.
     for round_, correlation_id in enumerate((3, 10, 17, 24)):
         if round_ == 3:
@@ -542,7 +572,7 @@ def test_the_lane_replaces_a_metadata_head_the_python_path_rewrote(version: int)
             side.upstream_read(side.answers({correlation_id: req}))
         assert lane.client.data == python.client.data
         assert b"gw-1.example" in lane.client.data
-        python_read = lane.conn.inflight.stats.responses.get((3, version), 0)
+        python_read = sum(reader is lane.conn.responses for reader in fed)
         # The lane took every answer but the first, and the first after the move.
         assert python_read == (1 if round_ < 3 else 2), round_
         assert lane.conn.in_flight() == 0

@@ -246,7 +246,7 @@ def test_premise_tokens_misread_as_kafka_frames_break_both_readers() -> None:
     # awaited "request" (key 97), the broker's empty token a malformed response.
     inflight = InFlight()
     assert forwarded(RequestReader(inflight).feed(PLAIN)) == PLAIN
-    assert [e.api_key for e in inflight._entries] == [0x0061]
+    assert [e.api_key for e in inflight.entries] == [0x0061]
     (violation,) = ResponseReader(InFlight()).feed(EMPTY + metadata_response(1, 1).frame)
     assert isinstance(violation, ProtocolViolation) and violation.reason == "malformed_frame"
 
@@ -343,7 +343,7 @@ def test_exchange_counts_and_token_frames_are_not_requests() -> None:
     wire = play(steps, [[s.data] for s in steps], "whole")
     assert wire.inflight.sasl.completed == 1
     assert wire.requests.frames == 4  # ApiVersions, SaslHandshake, Metadata, Produce
-    assert wire.inflight.stats.requests == {(18, 3): 1, (17, 0): 1, (3, 12): 1, (0, 9): 1}
+    assert wire.inflight.fold().requests == {(18, 3): 1, (17, 0): 1, (3, 12): 1, (0, 9): 1}
 
 
 # -- outcomes that change nothing -------------------------------------------------------

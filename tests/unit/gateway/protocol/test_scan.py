@@ -21,6 +21,7 @@ from gateway.protocol import _scan_py, _scanner, frame
 from gateway.protocol._stats import ApiStats
 from gateway.versions import gateway_supported
 from tests.unit._connection import RecordingTransport, connected
+from tests.unit._kafka import produce
 from tests.unit.gateway.protocol.test_lane import KINDS, _answer
 
 # The compiled scanner: its functions and its tables, as one namespace like the twin's.
@@ -109,3 +110,19 @@ def test_the_twin_makes_the_same_kind_of_entry() -> None:
     for name in _scan_py.InFlightRequest.__slots__:
         if name != "started":
             assert getattr(made[0], name) == getattr(made[1], name), name
+
+
+@pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
+@pytest.mark.parametrize("version", [3, 9, 11])
+def test_acks_past_a_long_transactional_id_are_read_alike(version: int) -> None:
+    """The twin copies a Produce's first bytes to read acks, and reads in place past them."""
+    stream = b"".join(
+        produce(version, i, acks=i % 2, transactional_id="t" * 600).frame for i in (1, 3, 4)
+    )
+    sides = []
+    for module, table in zip((compiled, _scan_py), _tables(), strict=True):
+        entries: list[Any] = []
+        counts = module.Counts()  # type: ignore[union-attr]
+        taken = module.scan_requests(stream, 0, len(stream), table, entries, counts, MAX)  # type: ignore[union-attr]
+        sides.append((taken, _entries(entries)))
+    assert sides[0] == sides[1] and len(sides[0][1]) == 2

@@ -200,7 +200,7 @@ def forwarded(items: Iterable[Any]) -> bytes:
 
 def pending(inflight: InFlight) -> list[int]:
     """Correlation ids awaiting an answer, in request order (the table's own order)."""
-    return [e.correlation_id for e in inflight._entries if e.expects_response]
+    return [e.correlation_id for e in inflight.entries if e.expects_response]
 
 
 def header_of(req: Req) -> RequestHeader:
@@ -901,10 +901,10 @@ def test_an_unanswered_acks0_produce_is_forgotten_when_a_later_response_comes() 
     inflight, _ = _acks0_then(reused=False)
     items = ResponseReader(inflight).feed(metadata_response(12, 6).frame)
     assert forwarded(items) == metadata_response(12, 6).frame
-    assert inflight.acks0_answered is False and not inflight._entries
+    assert inflight.acks0_answered is False and not inflight.entries
     # Known now: later acks=0 produces are not even recorded.
     RequestReader(inflight).feed(produce(9, 8, acks=0, transactional_id=None).frame)
-    assert not inflight._entries
+    assert not inflight.entries
 
 
 def test_acks0_produce_followed_by_the_same_id_once_the_broker_is_known() -> None:
@@ -916,7 +916,7 @@ def test_acks0_produce_followed_by_the_same_id_once_the_broker_is_known() -> Non
         wire = (produce_response(9, 5).frame if answers_acks0 else b"") + answer
         items = ResponseReader(inflight).feed(wire)
         assert forwarded(items) == answer, answers_acks0
-        assert len(inflight) == 0 and not inflight._entries, answers_acks0
+        assert len(inflight) == 0 and not inflight.entries, answers_acks0
 
 
 def test_acks0_produce_followed_by_the_same_id_with_an_unknown_broker_assumes_kafka() -> None:
@@ -950,7 +950,7 @@ def test_acks0_entries_kept_are_bounded() -> None:
     acks0 = produce(9, 1, acks=0, transactional_id=None).frame
     for _ in range(ACKS0_KEPT + 10):
         reader.feed(acks0)
-    assert len(inflight._entries) == ACKS0_KEPT and len(inflight) == 0
+    assert len(inflight.entries) == ACKS0_KEPT and len(inflight) == 0
 
 
 def test_acks0_answer_is_recognised_when_another_request_stands_between_it_and_its_id() -> None:
