@@ -81,7 +81,8 @@ def gating_features(catalogue: Catalogue, lost: Mapping[int, VersionRange]) -> l
 def renegotiate_all(gateway: GatewayServices, connections: Iterable[ClientConnection]) -> int:
     """Renegotiate every connection with the gateway's current levels; drain those that
     lost a version. Returns how many were drained (also counted and logged)."""
-    drained = kept = 0
+    drained: list[ClientConnection] = []
+    kept = 0
     lost_here: dict[int, VersionRange] = {}
     # Connections to one upstream share their ranges (Gateway.negotiated): compared once.
     compared: dict[tuple[int, int], dict[int, VersionRange]] = {}
@@ -98,7 +99,7 @@ def renegotiate_all(gateway: GatewayServices, connections: Iterable[ClientConnec
         if not lost:
             kept += 1
             continue
-        drained += 1
+        drained.append(conn)
         for api_key, (low, high) in lost.items():
             was = lost_here.get(api_key, (low, high))
             lost_here[api_key] = (min(was[0], low), max(was[1], high))
@@ -110,25 +111,50 @@ def renegotiate_all(gateway: GatewayServices, connections: Iterable[ClientConnec
             action="answer what is in flight, then close (the client reconnects)",
             **conn.who(),
         )
-        drain(gateway, conn)
+        conn.drain()  # closes at once when nothing is in flight
     if drained:
-        gateway.metrics.connections_renegotiated.labels(FEATURE_LEVELS).inc(drained)
-    if drained or lost_here:
+        gateway.metrics.connections_renegotiated.labels(FEATURE_LEVELS).inc(len(drained))
+        close_when_answered(drained, gateway.config.drain_timeout_s)
         log.info(
             "features.connections_draining",
             reason=FEATURE_LEVELS,
-            drained=drained,
+            drained=len(drained),
             kept_open=kept,
             features=gating_features(gateway.features.catalogue, lost_here),
             withdrawn=describe(lost_here),
         )
-    return drained
+    return len(drained)
 
 
-def drain(gateway: GatewayServices, conn: ClientConnection) -> None:
-    """Drain ``conn`` (``ClientConnection.drain``), closed regardless after
-    drain_timeout_s: a request the upstream holds (a long JoinGroup) must not keep a
-    connection that may no longer send open for ever. The client re-sends what the
-    close left unanswered."""
-    conn.drain()
-    asyncio.get_running_loop().call_later(gateway.config.drain_timeout_s, conn.close)
+# How often the connections one change drains are looked at: a connection closes itself
+# when an upstream answer leaves nothing in flight, not when a request answered here
+# (UpdateFeatures, answered once the new levels are served) was the last one.
+SWEEP_S = 0.05
+_sweeps: set[asyncio.Task[None]] = set()
+
+
+def close_when_answered(
+    draining: list[ClientConnection], deadline_s: float, every_s: float = SWEEP_S
+) -> asyncio.Task[None]:
+    """Close each of ``draining`` once nothing of it is in flight, the rest after
+    ``deadline_s`` (drain_timeout_s) whatever they wait for (a long JoinGroup must not
+    keep a connection that may no longer send open for ever); the client re-sends what
+    went unanswered."""
+
+    async def sweep() -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_s
+        left = draining
+        while left and loop.time() < deadline:
+            await asyncio.sleep(every_s)
+            for conn in left:
+                if not conn.closed and not conn.in_flight():
+                    conn.close()
+            left = [conn for conn in left if not conn.closed]
+        for conn in left:
+            conn.close()
+
+    task = asyncio.get_running_loop().create_task(sweep())
+    _sweeps.add(task)  # held so it is not garbage-collected mid-flight
+    task.add_done_callback(_sweeps.discard)
+    return task

@@ -105,14 +105,30 @@ def test_only_connections_that_lost_a_version_are_drained_and_counted() -> None:
     assert _drained_total(gateway) == 1
 
 
+def test_a_drained_connection_closes_once_answered_even_by_the_gateway_itself() -> None:
+    # UpdateFeatures is answered here once the new levels are served: no upstream answer
+    # comes to close the connection, the sweep does.
+    conn = FakeConnection({PRODUCE: (3, 11)}, {PRODUCE: (3, 9)})
+
+    async def run() -> None:
+        renegotiate_all(_gateway(), [conn])
+        await asyncio.sleep(0.08)
+        assert conn.draining and not conn.closed  # its request is still in flight
+        conn.in_flight_count = 0  # answered
+        await asyncio.sleep(0.08)
+
+    asyncio.run(run())
+    assert conn.closed
+
+
 def test_a_drained_connection_is_closed_after_drain_timeout_s_whatever_is_in_flight() -> None:
     conn = FakeConnection({PRODUCE: (3, 11)}, {PRODUCE: (3, 9)})
-    gateway = _gateway(drain_timeout_s=0.05)
+    gateway = _gateway(drain_timeout_s=0.1)
 
     async def run() -> None:
         renegotiate_all(gateway, [conn])
         assert conn.draining and not conn.closed  # a request still in flight
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
 
     asyncio.run(run())
     assert conn.closed
