@@ -4,17 +4,18 @@ A Kafka client reads ApiVersions once per connection and keeps those versions fo
 connection's life. When the finalized levels drop (``featurectl downgrade``/``disable``,
 a catalogue reloaded with higher gates), a version the connection was told it may use is
 answered UNSUPPORTED_VERSION from then on; librdkafka fails such records for good
-instead of asking again (a producer stuck at Produce v10 after the level gating v10+ was
-disabled: 4,313 failures in 25 s, never recovered), while a new connection would have
-been offered v9 and worked.
+instead of asking again (a producer left at Produce v10 after the level gating v10+ was
+disabled: 70,159 failures in 30 s, none recovered; tests/integration/test_level_change.py
+without this module), while a new connection would have been offered v9 and worked.
 
 So after the gate's levels change, every connection is renegotiated, and those whose
 ranges lost a version (what their client may have been told, against what a new
 negotiation gives) are drained: the gateway stops reading their requests, answers every
 one already forwarded, and closes. The client sees a connection close as after a broker
-restart; it reconnects, asks ApiVersions and re-sends what went unanswered (an idempotent
-producer with the same sequence numbers, so nothing is lost or doubled). Connections
-whose ranges lost nothing stay open.
+restart; it reconnects, asks ApiVersions and re-sends what went unanswered, the requests
+it sent after the drain began included (the gateway neither read nor forwarded them); an
+idempotent producer re-sends with the same sequence numbers, so nothing is lost or
+doubled. Connections whose ranges lost nothing stay open.
 """
 
 from __future__ import annotations
