@@ -14,6 +14,7 @@ import getpass
 import json
 import socket
 import sys
+import time
 from collections.abc import Mapping
 
 from gateway.commands import add_command
@@ -441,6 +442,19 @@ def _update_via_kafka(args: argparse.Namespace) -> Outcome | tuple[Finalized, li
         written = answered_plan(args.command, finalized, updates, results)
         if not written.ok:
             return Outcome(written)
-        # The gateway answers once it serves the new epoch (as Kafka does), so a fresh
-        # ApiVersions on this connection reports it.
-        return Outcome(written, new_epoch=client.describe().finalized.epoch)
+    return Outcome(written, new_epoch=_epoch_after(args, finalized.epoch))
+
+
+def _epoch_after(args: argparse.Namespace, old: int) -> int:
+    """The epoch a gateway serves after a write over ``old``, asked on a new connection:
+    a change that withdraws versions closes the connections offered them (this one
+    among them; gateway/server/withdrawn.py). The answering process served the new
+    epoch before it answered (as Kafka does); another worker of the gateway may take
+    a moment longer."""
+    deadline = time.monotonic() + args.timeout
+    while True:
+        with kafka_client(args) as client:
+            epoch = client.describe().finalized.epoch
+        if epoch > old or time.monotonic() > deadline:
+            return epoch
+        time.sleep(0.05)

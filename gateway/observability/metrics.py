@@ -271,6 +271,16 @@ class Metrics:
             ["feature"],
             registry=r,
         )
+        self.connections_renegotiated = Counter(
+            "kafka_gateway_connections_renegotiated_total",
+            "Connections drained (in-flight requests answered, then closed) because a "
+            "version they negotiated was withdrawn, so their clients reconnect and "
+            "negotiate again, by reason (feature_levels: finalized levels or the catalogue "
+            "changed)",
+            ["reason"],
+            registry=r,
+        )
+        self.connections_renegotiated.labels("feature_levels")
         self.zookeeper_connected = Gauge(
             "kafka_gateway_zookeeper_connected",
             "1 while the ZooKeeper session is connected (0 also when ZooKeeper is not used)",

@@ -47,6 +47,7 @@ from .tls import (
     upstream_server_hostname,
 )
 from .upstream_watch import UpstreamWatch
+from .withdrawn import renegotiate_all
 from .worker_role import WorkerRole
 
 log = get_logger("gateway.server")
@@ -298,10 +299,10 @@ class Gateway(Negotiation, Listeners):
         )
 
     def _features_changed(self) -> None:
-        """Finalized levels or compatibility changed: re-cap every connection."""
+        """Finalized levels or compatibility changed: re-cap every connection, and drain
+        those that lost a version, so their clients renegotiate (``withdrawn``)."""
         self._forget_negotiated()
-        for conn in list(self.connections):
-            conn.renegotiate()
+        renegotiate_all(self, self.connections)
         self._update_health()
 
     def update_features_allowed(self, peer: str) -> bool:

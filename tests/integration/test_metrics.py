@@ -54,6 +54,8 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_feature_finalized_epoch": ("gauge", []),
     "kafka_gateway_feature_supported_min_level": ("gauge", ["feature"]),
     "kafka_gateway_feature_supported_max_level": ("gauge", ["feature"]),
+    # connections drained after a level change withdrew a version (server/withdrawn.py)
+    "kafka_gateway_connections_renegotiated": ("counter", ["reason"]),
     "kafka_gateway_zookeeper_connected": ("gauge", []),
     "kafka_gateway_zookeeper_staleness_seconds": ("gauge", []),
     "kafka_gateway_healthy": ("gauge", []),
