@@ -59,7 +59,7 @@ class Exchanging(Protocol):
 
     def close(self) -> None: ...
     def who(self) -> dict[str, object]: ...
-    def scan_state(self) -> None: ...
+    def answered_here(self) -> None: ...
 
 
 class ConnectionExchange:
@@ -169,7 +169,7 @@ class ConnectionExchange:
         frames = conn.inflight.answer_locally(entry, frame(payload))
         if conn.client is not None and frames:
             conn.client.writelines(frames)
-        conn.scan_state()
+        conn.answered_here()
 
     def ask_upstream(
         self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler

@@ -328,6 +328,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         if not self.in_flight():
             self.close()
 
+    def answered_here(self) -> None:
+        """A response made here went out (``exchange.answer``): a draining connection
+        closes once none is left, as after an upstream's; else the scanner may go on."""
+        if self.reads.draining:
+            self.drained()
+        else:
+            self.scan_state()
+
     def scan_state(self) -> None:
         """Say which reads the scanner may take next, after the Python path read: a
         side's, when its reader is between frames and no SASL exchange is on (raw

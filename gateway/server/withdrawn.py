@@ -127,35 +127,14 @@ def renegotiate_all(gateway: GatewayServices, connections: Iterable[ClientConnec
     return len(drained)
 
 
-# How often the connections one change drains are looked at: a connection closes itself
-# when an upstream answer leaves nothing in flight, not when a request answered here
-# (UpdateFeatures, answered once the new levels are served) was the last one.
-SWEEP_S = 0.05
-_sweeps: set[asyncio.Task[None]] = set()
+def close_when_answered(draining: list[ClientConnection], deadline_s: float) -> asyncio.TimerHandle:
+    """Each of ``draining`` closes itself once nothing of it is in flight (``drained``);
+    close the rest after ``deadline_s`` (drain_timeout_s) whatever they wait for (a long
+    JoinGroup must not keep a connection that may no longer send open for ever); the
+    client re-sends what went unanswered."""
 
+    def close_the_rest() -> None:
+        for conn in draining:
+            conn.close()  # a no-op for those already closed
 
-def close_when_answered(
-    draining: list[ClientConnection], deadline_s: float, every_s: float = SWEEP_S
-) -> asyncio.Task[None]:
-    """Close each of ``draining`` once nothing of it is in flight, the rest after
-    ``deadline_s`` (drain_timeout_s) whatever they wait for (a long JoinGroup must not
-    keep a connection that may no longer send open for ever); the client re-sends what
-    went unanswered."""
-
-    async def sweep() -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + deadline_s
-        left = draining
-        while left and loop.time() < deadline:
-            await asyncio.sleep(every_s)
-            for conn in left:
-                if not conn.closed and not conn.in_flight():
-                    conn.close()
-            left = [conn for conn in left if not conn.closed]
-        for conn in left:
-            conn.close()
-
-    task = asyncio.get_running_loop().create_task(sweep())
-    _sweeps.add(task)  # held so it is not garbage-collected mid-flight
-    task.add_done_callback(_sweeps.discard)
-    return task
+    return asyncio.get_running_loop().call_later(deadline_s, close_the_rest)

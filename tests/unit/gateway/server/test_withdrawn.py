@@ -11,8 +11,9 @@ from typing import Any
 from gateway.features.catalogue import parse_catalogue
 from gateway.observability.metrics import Metrics
 from gateway.server.withdrawn import describe, gating_features, renegotiate_all, withdrawn
+from tests.unit._connection import RecordingTransport, connected
 
-PRODUCE, FETCH, HEARTBEAT = 0, 1, 68
+PRODUCE, FETCH, HEARTBEAT, UPDATE_FEATURES = 0, 1, 68, 57
 CATALOGUE = parse_catalogue(tomllib.loads('[features."test.version"]\nlevels.1 = ["Produce>=10"]'))
 
 
@@ -107,18 +108,13 @@ def test_only_connections_that_lost_a_version_are_drained_and_counted() -> None:
 
 def test_a_drained_connection_closes_once_answered_even_by_the_gateway_itself() -> None:
     # UpdateFeatures is answered here once the new levels are served: no upstream answer
-    # comes to close the connection, the sweep does.
-    conn = FakeConnection({PRODUCE: (3, 11)}, {PRODUCE: (3, 9)})
-
-    async def run() -> None:
-        renegotiate_all(_gateway(), [conn])
-        await asyncio.sleep(0.08)
-        assert conn.draining and not conn.closed  # its request is still in flight
-        conn.in_flight_count = 0  # answered
-        await asyncio.sleep(0.08)
-
-    asyncio.run(run())
-    assert conn.closed
+    # comes to close the connection, the gateway's own answer does.
+    conn, client, _ = connected(RecordingTransport)
+    entry = conn.inflight.add(UPDATE_FEATURES, 1, 7, to_upstream=False)
+    conn.drain()
+    assert not conn.closed  # its request is still in flight
+    conn.exchange.answer(entry, b"\x00" * 8)
+    assert client.written and conn.closed
 
 
 def test_a_drained_connection_is_closed_after_drain_timeout_s_whatever_is_in_flight() -> None:
