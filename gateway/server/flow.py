@@ -84,3 +84,14 @@ class Flow:
         """The same for an upstream read."""
         self.pause_upstream(SLICE)
         asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)
+
+
+def write_all(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
+    """Write ``out`` in one call (one system call when the socket takes it all); empty it."""
+    if len(out) == 1:
+        transport.write(out[0])
+    elif out:
+        transport.writelines(out)
+    else:
+        return
+    out.clear()

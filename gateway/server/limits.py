@@ -91,6 +91,14 @@ class ConnectionLimits:
         conn.counted = True
         return None
 
+    def accept(self, conn: Limited) -> float | None:
+        """A new connection: how long to hold it before serving it (0: at once), or None
+        when it is over a cap or the creation rate for longer than it may wait (close it
+        at accept, as Kafka's acceptor does)."""
+        if self.admit(conn) is not None:
+            return None
+        return self.creation_delay(conn)
+
     def creation_delay(self, conn: Limited) -> float | None:
         """How long to hold an admitted connection before serving it, as Kafka's
         acceptor throttles over max.connection.creation.rate; None: the wait would

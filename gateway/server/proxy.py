@@ -38,7 +38,6 @@ from ..features.report import NO_FEATURES, FeatureReport
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
 from ..observability.logging import get_logger
-from ..principal import cached_rules, principal_of
 from ..protocol import (
     DroppedResponse,
     InFlight,
@@ -67,11 +66,12 @@ from .flow import (
     WRITE_BUFFER_HIGH,
     WRITE_BUFFER_LOW,
     Flow,
+    write_all,
 )
 from .reads import READ_BYTES, lane
 from .reads import RECV as _RECV  # noqa: F401  (tests and the bench fill it)
 from .services import GatewayServices
-from .tls import peer_subject
+from .tls import client_identity
 from .traffic import Traffic
 
 # Large buffers (a partial frame of up to max_frame_bytes) go back to the system when
@@ -94,17 +94,6 @@ PlainTable = protocol_scanner.PlainTable
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
 # memoryview``: the union would be built anew at every isinstance on the hot path.
 _BUFFERS = (bytes, memoryview)
-
-
-def _send(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
-    """Write ``out`` in one call (one system call when the socket takes it all); empty it."""
-    if len(out) == 1:
-        transport.write(out[0])
-    elif out:
-        transport.writelines(out)
-    else:
-        return
-    out.clear()
 
 
 class ClientConnection(asyncio.BufferedProtocol):
@@ -199,13 +188,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         peer = client.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_ip = peer[0] if peer else "?"
-        limits = self.gateway.limits
-        if limits.admit(self.budget) is not None:
-            self._closed = True  # over a cap: closed at accept, as Kafka's acceptor does
-            client.abort()
-            return
-        delay = limits.creation_delay(self.budget)
-        if delay is None:  # over the creation rate for longer than it may wait: closed
+        delay = self.gateway.limits.accept(self.budget)
+        if delay is None:  # over a cap or the creation rate: closed at accept, as in Kafka
             self._closed = True
             client.abort()
             return
@@ -233,11 +217,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.flow.resume_client(THROTTLED)
         self.budget.opened_at = self.gateway.limits.clock()
         ssl_object = client.get_extra_info("ssl_object")
-        # The verified client certificate (TLS with client auth); for log lines.
-        self.tls_subject = peer_subject(ssl_object)
-        if ssl_object is not None:
-            rules = cached_rules(self.gateway.config.tls_principal_mapping_rules)
-            self.principal = principal_of(rules, ssl_object.getpeercert())
+        # The verified client certificate (TLS with client auth): its subject for log
+        # lines, and its principal (ssl.principal.mapping.rules).
+        self.tls_subject, self.principal = client_identity(
+            ssl_object, self.gateway.config.tls_principal_mapping_rules
+        )
         fallbacks: tuple[HostPort, ...] = ()
         unknown_node = None
         if self.gateway.sni is not None:
@@ -408,7 +392,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 handler = item.request.context
                 if handler is not None:
                     # A handler may answer the client itself: what came before goes first.
-                    _send(client, out)
+                    write_all(client, out)
                     cast(InternalHandler, handler)(memoryview(item.frame)[4:])
                 else:
                     out.append(dispatch.rewrite_frame(exchange, item))
@@ -430,10 +414,10 @@ class ClientConnection(asyncio.BufferedProtocol):
                     **self.who(),
                 )
             elif isinstance(item, ProtocolViolation):
-                _send(client, out)  # the whole responses before it still go out
+                write_all(client, out)  # the whole responses before it still go out
                 exchange.violated("upstream", item)
                 return
-        _send(client, out)
+        write_all(client, out)
         if self.requests.held and not self._closed:
             # Client bytes sent out of turn in a SASL exchange were held
             # until the broker answered; the broker has moved on, take them up again.
@@ -464,8 +448,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.reads.draining = True
         self.reads.scan_requests_ok = False
         self.flow.pause_client(DRAINING)
-        if not self.in_flight():
-            self.close()
+        self.drained()
 
     def close(self) -> None:
         if self._closed:

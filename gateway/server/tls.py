@@ -17,6 +17,8 @@ from __future__ import annotations
 import ssl
 from typing import NoReturn, Protocol
 
+from ..principal import cached_rules, principal_of
+
 
 class TlsSettings(Protocol):
     """The TLS settings of ``gateway.config.Config``, both sides (read-only)."""
@@ -133,6 +135,18 @@ def peer_subject(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None
         for rdn in cert.get("subject", ())
         for name, value in rdn
     )
+
+
+def client_identity(
+    ssl_object: ssl.SSLObject | ssl.SSLSocket | None, mapping_rules: str
+) -> tuple[str | None, str | None]:
+    """(subject, principal) of the verified client certificate, the principal "User:..."
+    by ssl.principal.mapping.rules; (None, None) without TLS or a certificate. SASL
+    principals are the broker's: the gateway never sees them."""
+    if ssl_object is None:
+        return None, None
+    principal = principal_of(cached_rules(mapping_rules), ssl_object.getpeercert())
+    return peer_subject(ssl_object), principal
 
 
 # The usual RFC 4514 abbreviations of what Python's getpeercert() spells out.
