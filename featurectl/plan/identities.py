@@ -59,7 +59,11 @@ def to_ms(value: Any) -> int | None:
 
 
 def _key(row: Row) -> tuple[Any, Any]:
-    return (row.get("software_name"), row.get("software_version"))
+    """The (client_software_name, client_software_version) labels the gateway counted
+    this client under: its KIP-511 software, or ``client-id:...`` without one."""
+    name = row.get("identity") or row.get("software_name")
+    version = row.get("identity_version") or row.get("software_version")
+    return (name, version)
 
 
 def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str, Any]]:

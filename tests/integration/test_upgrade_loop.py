@@ -41,7 +41,12 @@ from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.integration.conftest import CHROOT
-from tests.integration.test_client_identities import get_json, produce_pinned_0_10
+from tests.integration.test_client_identities import (
+    OLD_CLIENT_ID,
+    OLD_IDENTITY,
+    get_json,
+    produce_pinned_0_10,
+)
 from tests.integration.test_clients import AIOKafkaDriver, KafkaPythonDriver
 from tests.integration.test_features import finalize, start_gateway, wait_for
 from tests.integration.test_plan_e2e import env, start_collect
@@ -58,8 +63,8 @@ levels.1 = ["Produce>=10"]
 levels.1 = ["ConsumerGroupHeartbeat"]
 """
 CONFLUENT = "confluent-kafka-python"
-LEGACY_CLIENT_ID = "legacy-app"
-LEGACY = f"client-id:{LEGACY_CLIENT_ID}"
+# kafka-python (0, 10)'s client id, and the identity its requests are counted under.
+LEGACY_CLIENT_ID, LEGACY = OLD_CLIENT_ID, OLD_IDENTITY
 PLAN_TIMEOUT_S = 300
 
 
@@ -103,9 +108,11 @@ class Kip848Consumer:
 
 
 def round_trip(driver: Any, bootstrap: str, topic: str, tag: str) -> bool:
-    """Whether ``driver`` produced three records and read them back."""
+    """Whether ``driver`` produced three records to a topic of its own and read them back."""
+    topic = f"{topic}-{tag}"
     values = [f"{tag}-{i}".encode() for i in range(3)]
     try:
+        create_topic(bootstrap, topic)
         driver.produce(bootstrap, topic, values, acks="all")
         return driver.consume_assigned(bootstrap, topic, 3) == values
     except Exception as exc:  # whatever the library raises: it did not keep working
@@ -242,11 +249,13 @@ def test_collect_plan_apply_and_every_client_as_the_plan_said(
         # The producer was named as one that reconnects: it keeps delivering.
         again = run_as_printed(commands[0]["command"])
         assert again.returncode == 0, again.stderr  # already done: a no-op
-        assert "already" in again.stdout + again.stderr
+        assert "nothing to change" in again.stdout
         assert consumer.since(applied_at) > 0, "the KIP-848 consumer lost nothing yet"
         assert round_trip(KafkaPythonDriver(), gw.bootstrap, side_topic, "kp-after")
         assert round_trip(AIOKafkaDriver(), gw.bootstrap, side_topic, "aio-after")
 
+        # Until then the KIP-848 consumer was fine; the plan said the next step breaks it.
+        assert not [e for e in consumer.errors if "ConsumerGroupHeartbeat" in e]
         second = run_as_printed(commands[1]["command"])
         assert second.returncode == 0, second.stderr
         removed_at = time.time()
@@ -265,6 +274,8 @@ def test_collect_plan_apply_and_every_client_as_the_plan_said(
     # The producer kept working: nothing lost or doubled across both level changes.
     assert producer.failed == []
     assert delivered == list(range(producer.sent))
+    # The KIP-848 consumer lost its API, as the plan said (and why): librdkafka stops.
+    assert [e for e in consumer.errors if "ConsumerGroupHeartbeat" in e], consumer.errors
     print(
         f"\nproducer: {producer.sent} sent, {acked_before} acknowledged before the first "
         f"step, largest gap {producer.largest_gap_s():.2f} s; KIP-848 consumer: "
