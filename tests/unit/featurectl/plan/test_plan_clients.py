@@ -49,7 +49,8 @@ IDENTITIES = [
         "software_name": "kafka-python",
         "software_version": "2.0.2",
         "client_id": "legacy-producer",
-        "identity": "kafka-python/2.0.2",
+        "identity": "kafka-python",  # the labels it is counted under (KIP-511 here)
+        "identity_version": "2.0.2",
         "fingerprint": "f00d",
         "peers": ["10.0.0.7", "10.0.0.8"],
         "connections_opened": 300,
