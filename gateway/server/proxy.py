@@ -299,6 +299,10 @@ class ClientConnection(asyncio.BufferedProtocol):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def draining(self) -> bool:
+        return self.reads.draining
+
     def in_flight(self) -> int:
         """Requests awaiting a response."""
         return len(self.inflight)

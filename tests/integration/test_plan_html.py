@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from featurectl.plan import clients as who
+from featurectl.plan import identities as records
 from featurectl.plan.model import PlanData, PlanInputs
 from featurectl.plan.report import write_report
 from gateway.commands import shell_command
@@ -164,7 +165,7 @@ def plan_data() -> PlanData:
             "last_seen": (T0 + 600) * 1000,
         }
     ]
-    index = who.identity_index(identities)
+    index = records.identity_index(identities)
     features = [{"feature": "streams.version", "cluster_max_level": 1}]
     state = {"zookeeper": "zk-0:2181", "chroot": "/kafka-gateway"}
     broken, wanting = who.classify_refusals(
