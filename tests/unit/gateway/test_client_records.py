@@ -22,6 +22,7 @@ from gateway.client_records import (
 )
 from gateway.clients import ConnectionRegistry
 from gateway.observability.metrics import Metrics
+from gateway.protocol import api_spec
 from gateway.protocol._stats import ApiStats
 
 
@@ -35,12 +36,15 @@ class Clock:
 
 def request_header(key: int, version: int, client_id: str | None, body: bytes = b"") -> bytes:
     """A request frame as a client sends it: size, key, version, correlation id,
-    client id (header v1)."""
+    client id, and an empty tagged section where the header is v2 (flexible versions)."""
     if client_id is None:
         cid = struct.pack(">h", -1)
     else:
         raw = client_id.encode()
         cid = struct.pack(">h", len(raw)) + raw
+    spec = api_spec(key)
+    if spec is not None and spec.request_header_version(version) == 2:
+        cid += b"\x00"
     payload = struct.pack(">hhi", key, version, 7) + cid + body
     return struct.pack(">i", len(payload)) + payload
 
