@@ -320,6 +320,10 @@ class Gateway(Negotiation, Listeners):
         info = self.registry.add(conn.peer, conn.listener)
         self.metrics.connections_total.labels(conn.listener).inc()
         self.metrics.connections_active.labels(conn.listener, *info.labels).inc()
+        if self.stopping:
+            # Accepted as the listeners closed, after shutdown drained the others: closed
+            # as they were, not left open until drain_timeout_s.
+            conn.drain()
         return info
 
     def connection_closed(self, conn: ClientConnection) -> None:

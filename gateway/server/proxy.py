@@ -233,6 +233,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.listener, self.upstream_address = route.listener, route.upstream
             fallbacks, unknown_node = route.fallbacks, route.unknown_node
         self.info = self.gateway.connection_opened(self)
+        if self._closed:  # the gateway is stopping (Gateway.connection_opened)
+            return
         asyncio.get_running_loop().create_task(dial(self, fallbacks, unknown_node))
 
     def data_received(self, data: bytes) -> None:
