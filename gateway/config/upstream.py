@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..environment import CACHE_ENV, HOME_ENV, default_cache_dir, default_embedded_home
-from ._declare import HostPort, Seconds, between, positive, setting
+from ._declare import HostPort, Seconds, at_least, between, positive, setting
 
 EmbeddedBroker = Literal["tansu", "kafka"]
 UnknownApiKeys = Literal["close", "forward"]
@@ -53,6 +53,13 @@ class Upstream:
     )
     upstream_connect_timeout_s: Seconds = setting(
         10.0, check=positive, why="how long to wait for a broker connection"
+    )
+    upstream_api_versions_check_ms: int = setting(
+        10000,
+        check=at_least(0),
+        why="ask a live connection's upstream ApiVersions again this often, and drain the "
+        "connections that lost a version when a broker's answer changed (e.g. "
+        "kafka-features.sh downgraded a feature on the brokers); 0: never",
     )
     unknown_api_keys: UnknownApiKeys = setting(
         "close",

@@ -276,11 +276,13 @@ class Metrics:
             "Connections drained (in-flight requests answered, then closed) because a "
             "version they negotiated was withdrawn, so their clients reconnect and "
             "negotiate again, by reason (feature_levels: finalized levels or the catalogue "
-            "changed)",
+            "changed; upstream_api_versions: the connection's broker answered ApiVersions "
+            "differently, e.g. a feature downgraded on the brokers)",
             ["reason"],
             registry=r,
         )
         self.connections_renegotiated.labels("feature_levels")
+        self.connections_renegotiated.labels("upstream_api_versions")
         self.zookeeper_connected = Gauge(
             "kafka_gateway_zookeeper_connected",
             "1 while the ZooKeeper session is connected (0 also when ZooKeeper is not used)",

@@ -46,6 +46,7 @@ from .tls import (
     upstream_context,
     upstream_server_hostname,
 )
+from .upstream_recheck import UpstreamRecheck
 from .upstream_watch import UpstreamWatch
 from .withdrawn import renegotiate_all
 from .worker_role import WorkerRole
@@ -181,6 +182,10 @@ class Gateway(Negotiation, Listeners):
         self.started = True
         self.serving.set()
         self._update_health()
+        check_ms = self.config.upstream_api_versions_check_ms
+        if check_ms:
+            recheck = UpstreamRecheck(self, lambda: self.connections, check_ms / 1000)
+            self._spawn(recheck.run())
         if self.worker is None:
             self.watch_upstream()
         else:

@@ -15,7 +15,8 @@ one already forwarded, and closes. The client sees a connection close as after a
 restart; it reconnects, asks ApiVersions and re-sends what went unanswered, the requests
 it sent after the drain began included (the gateway neither read nor forwarded them); an
 idempotent producer re-sends with the same sequence numbers, so nothing is lost or
-doubled. Connections whose ranges lost nothing stay open.
+doubled. Connections whose ranges lost nothing stay open. A broker whose own answer
+changed drains its connections the same way (``upstream_recheck``, ``drain``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
 log = get_logger("gateway.features")
 limited = RateLimitedLogger("gateway.features")
 
-# The reason label of kafka_gateway_connections_renegotiated_total for a change of the
-# finalized levels (or of the catalogue that maps them to versions).
+# The reason labels of kafka_gateway_connections_renegotiated_total: a change of the
+# finalized levels (or of the catalogue that maps them to versions), and a change of the
+# connection's own upstream's ApiVersions answer (``upstream_recheck``).
 FEATURE_LEVELS = "feature_levels"
+UPSTREAM_ANSWER = "upstream_api_versions"
 
 
 def withdrawn(
@@ -104,15 +107,7 @@ def renegotiate_all(gateway: GatewayServices, connections: Iterable[ClientConnec
         for api_key, (low, high) in lost.items():
             was = lost_here.get(api_key, (low, high))
             lost_here[api_key] = (min(was[0], low), max(was[1], high))
-        limited.info(
-            "connection.draining",
-            reason=FEATURE_LEVELS,
-            withdrawn=describe(lost),
-            in_flight=conn.in_flight(),
-            action="answer what is in flight, then close (the client reconnects)",
-            **conn.who(),
-        )
-        conn.drain()  # closes at once when nothing is in flight
+        _start_draining(conn, lost, FEATURE_LEVELS)
     if drained:
         gateway.metrics.connections_renegotiated.labels(FEATURE_LEVELS).inc(len(drained))
         close_when_answered(drained, gateway.config.drain_timeout_s)
@@ -125,6 +120,27 @@ def renegotiate_all(gateway: GatewayServices, connections: Iterable[ClientConnec
             withdrawn=describe(lost_here),
         )
     return len(drained)
+
+
+def drain(
+    gateway: GatewayServices, conn: ClientConnection, lost: Mapping[int, VersionRange], reason: str
+) -> None:
+    """Drain ``conn``, which lost the versions ``lost`` for ``reason`` (counted, logged)."""
+    _start_draining(conn, lost, reason)
+    gateway.metrics.connections_renegotiated.labels(reason).inc()
+    close_when_answered([conn], gateway.config.drain_timeout_s)
+
+
+def _start_draining(conn: ClientConnection, lost: Mapping[int, VersionRange], reason: str) -> None:
+    limited.info(
+        "connection.draining",
+        reason=reason,
+        withdrawn=describe(lost),
+        in_flight=conn.in_flight(),
+        action="answer what is in flight, then close (the client reconnects)",
+        **conn.who(),
+    )
+    conn.drain()  # closes at once when nothing is in flight
 
 
 def close_when_answered(draining: list[ClientConnection], deadline_s: float) -> asyncio.TimerHandle:
