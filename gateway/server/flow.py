@@ -86,6 +86,29 @@ class Flow:
         asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)
 
 
+# How long a drained connection's client has to read the last answers and close its end
+# before the gateway closes anyway (SIGTERM waits for it, within drain_timeout_s).
+LINGER_S = 2.0
+
+
+def linger_close(transport: asyncio.Transport) -> None:
+    """Close a drained client's connection with a FIN after the last answer, not a reset.
+
+    A drained connection stops reading requests, and a socket closed with bytes unread
+    is reset (RFC 1122 4.2.2.13): the client sees "connection reset by peer" where a
+    broker's close says "closed", and over a real network the reset discards whatever
+    of the last answers the kernel had not yet sent. So the gateway half-closes once
+    what is buffered went out, reads (and drops) what the client still sends, and
+    closes when the client does (``eof_received``) or after ``LINGER_S``.
+    """
+    if not transport.can_write_eof():  # TLS: close_notify, then the socket
+        transport.close()
+        return
+    transport.write_eof()
+    transport.resume_reading()
+    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+
+
 def write_all(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
     """Write ``out`` in one call (one system call when the socket takes it all); empty it."""
     if len(out) == 1:

@@ -66,6 +66,7 @@ from .flow import (
     WRITE_BUFFER_HIGH,
     WRITE_BUFFER_LOW,
     Flow,
+    linger_close,
     write_all,
 )
 from .reads import READ_BYTES, lane
@@ -101,8 +102,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     holds the parts above; a read goes to the scanner first (``reads``), what it leaves
     to its reader, and what comes out to the other socket."""
 
-    # Slots, not a __dict__: a gateway holds tens of thousands of these (a dict of this
-    # many attributes is ~1.3 kB a connection; docs/memory.md).
+    # Slots: a gateway holds tens of thousands of these (a __dict__: ~1.3 kB each).
     __slots__ = (
         "_closed",
         "_held",
@@ -164,8 +164,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.info: ClientInfo | None = None
         self.peer = self.peer_ip = "?"
         self.tls_subject: str | None = None
-        # "User:..." from the verified client certificate (ssl.principal.mapping.rules);
-        # None without one. SASL principals are the broker's: the gateway never sees them.
+        # "User:..." from a verified client certificate; SASL principals are never seen here.
         self.principal: str | None = None
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None
@@ -239,6 +238,8 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def data_received(self, data: bytes) -> None:
         """A client read the scanner did not take (or what was left of it)."""
+        if self._closed:
+            return  # requests that come after a drain are not read (``flow.linger_close``)
         if self.info is not None and self.info.awaiting_first:  # hook: first request's client id
             self.gateway.registry.first_read(self, data)
         reads = self.reads
@@ -316,7 +317,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def drained(self) -> None:
         """Draining, the scanner took a read of responses: close once none is left."""
         if not self.in_flight():
-            self.close()
+            self.close(linger=True)
 
     def answered_here(self) -> None:
         """A response made here went out (``exchange.answer``): a draining connection
@@ -428,8 +429,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             # Client bytes sent out of turn in a SASL exchange were held
             # until the broker answered; the broker has moved on, take them up again.
             self._to_upstream(self.requests.resume())
-        if reads.draining and not self.in_flight():
-            self.close()
+        if reads.draining:
+            self.drained()
         self.scan_state()
         if reads.budget_on:
             self.budget.recharge()
@@ -456,16 +457,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.flow.pause_client(DRAINING)
         self.drained()
 
-    def close(self) -> None:
+    def close(self, *, linger: bool = False) -> None:
+        """Close both sides, flushing what is buffered; ``linger``: see ``flow.linger_close``."""
         if self._closed:
             return
         self._closed = True
         # A read that still comes takes the Python path, which knows the pair is closed.
         self.reads.scan_requests_ok = self.reads.scan_responses_ok = False
-        # transport.close() still flushes what is buffered, so answered requests reach
-        # the client before the socket goes.
         if self.client is not None:
-            self.client.close()
+            linger_close(self.client) if linger else self.client.close()
         if self.upstream is not None:
             self.upstream.close()
         self._let_go()

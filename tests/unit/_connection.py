@@ -46,6 +46,9 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
+    def can_write_eof(self) -> bool:
+        return False  # as a TLS transport: a drained connection's close is plain close()
+
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         pass
 
