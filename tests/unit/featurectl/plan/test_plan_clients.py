@@ -282,6 +282,37 @@ def test_report_md_has_broken_now_wanting_losses_and_the_version_table(tmp_path:
     assert "v11 and lower" in md and cl.RECONNECT in md
 
 
+def test_the_broken_and_wanting_tables_columns_cell_by_cell() -> None:
+    from featurectl.plan.sections import broken_table, wanting_table
+
+    index = ids.identity_index(IDENTITIES)
+    refusals = [
+        refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0),
+        refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "gated_by_feature", 1234.0),
+        {**refusal({}, -1, "Unknown", -1, "oversize_frame", 2.0), **dict.fromkeys(
+            ("client_software_name", "client_software_version", "api"))},
+    ]  # fmt: skip
+    broken, wanting = cl.classify_refusals(
+        refusals, CATALOGUE, {}, features(**{"group.version": 1}), [], index, STATE
+    )
+    broken[0]["client_ids"] = ["a", "b", "c", "d", "e"]  # more than the table shows
+    shared = ["client software", "client ids", "addresses", "API", "version", "reason", "refused"]
+    header, rows = broken_table(broken)
+    assert header == [*shared, "gateways", "last refused", "remedy"]
+    assert rows == [
+        ("kafka-python 2.0.2", "a, b, c (+2)", "10.0.0.7, 10.0.0.8", "Produce", 2,
+         "unsupported_version", "300", "gw-a", T0 + 60_000, broken[0]["remedy"]),
+        ("(not labelled)", "-", "-", "-", "-", "oversize_frame", "2", "gw-a", T0 + 60_000,
+         cl.UNATTRIBUTED),
+    ]  # fmt: skip
+    header, rows = wanting_table([*wanting, {**wanting[0], "command": None}])
+    assert header == [*shared, "needs", "what it takes", "command"]
+    want = ("librdkafka 2.6.1", "-", "-", "ConsumerGroupHeartbeat", 0, "gated_by_feature",
+            "1,234", "group.version=1", wanting[0]["remedy"])  # fmt: skip
+    assert rows == [(*want, wanting[0]["command"]), (*want, "-")]
+    assert wanting[0]["command"].endswith("--feature group.version=1")
+
+
 def test_chart_ticks_read_differently_on_a_one_minute_window() -> None:
     import matplotlib
 
