@@ -268,6 +268,9 @@ def test_collect_then_plan_with_real_gateways_and_clients(
     # Why level 2 is capped: gw-b, named with the API version it lacks.
     (capped,) = [b for b in plan["blocking_gateways"] if b["gateway_id"] == "gw-b"]
     assert "Metadata v12+" in capped["reason"], capped
+    # Its own catalogue stops at level 1: gw-a, through the same Tansu, supports level 2.
+    assert capped["cap"] == "catalogue", capped
+    assert "its own catalogue caps it, not its upstream (gw-a supports" in capped["reason"]
     # The refused Metadata v12: attributed where the gateway labels refusals.
     refused = [r for r in plan["refusals"] if r["reason"] == "gated_by_feature"]
     assert refused and sum(r["requests"] for r in refused) >= 3, plan["refusals"]

@@ -220,6 +220,54 @@ def test_a_capped_level_names_the_api_versions_the_upstream_lacks() -> None:
     )
 
 
+def test_a_level_capped_by_the_gateways_own_catalogue_says_so_not_its_upstream() -> None:
+    """As gw-b in test_plan_e2e: its catalogue stops at level 1 while gw-a, through the
+    same broker, supports level 2; or a catalogue without the feature at all."""
+    two = parse_catalogue(
+        {
+            "features": {
+                "t.version": {"levels": {"1": ["DescribeCluster>=1"], "2": ["Metadata>=12"]}}
+            }
+        }
+    )
+    blocker = {"feature": "t.version", "level": 2, "gateway_id": "gw-b", "min_level": 0,
+               "max_level": 1}  # fmt: skip
+    registrations = {
+        "gw-a": {"upstream": "broker:9092", "broker_software": "tansu 0.5"},
+        "gw-b": {"upstream": "broker:9092", "broker_software": "tansu 0.5"},
+        "gw-c": {"upstream": "other:9092", "broker_software": "tansu 0.5"},
+    }
+    support = [("gw-a", "t.version", 0, 2), ("gw-b", "t.version", 0, 1)]
+    fields = caps.cap_fields(blocker, two, registrations, (), support)
+    assert fields == {
+        "reason": "supports 0-1: its own catalogue caps it, not its upstream (gw-a supports "
+        "t.version=2 through the same upstream); t.version=2 needs Metadata v12+",
+        "lacks": "Metadata v12+",
+        "cap": caps.CATALOGUE,
+    }
+    # Another upstream running the same broker software offers the same API versions.
+    support = [("gw-c", "t.version", 0, 2), ("gw-b", "t.version", 0, 1)]
+    assert "(gw-c supports t.version=2 in front of the same tansu 0.5)" in caps.cap_reason(
+        blocker, two, registrations, (), support
+    )
+    # Nobody through the same upstream or software supports more: the upstream, as before.
+    unknown = {k: {**r, "broker_software": "unknown unknown"} for k, r in registrations.items()}
+    fields = caps.cap_fields(blocker, two, unknown, (), support)
+    assert fields["cap"] == caps.UPSTREAM
+    assert fields["reason"] == (
+        "supports 0-1: its upstream (unknown unknown, at broker:9092) does not offer "
+        "Metadata v12+, which t.version=2 needs"
+    )
+    # A gateway lists every feature of its catalogue: one that does not has it in none.
+    fields = caps.cap_fields({**blocker, "min_level": None, "max_level": None}, two, {})
+    assert fields["cap"] == caps.CATALOGUE
+    assert fields["reason"] == (
+        "does not list the feature, so supports level 0 only: its own catalogue caps it, "
+        "not its upstream (the catalogue has no t.version); t.version=2 needs at least one "
+        "of DescribeCluster v1+, Metadata v12+"
+    )
+
+
 def test_versions_by_client_takes_first_seen_from_the_records() -> None:
     usage = [
         {**KAFKA_PYTHON, "api_key": 18, "api": "ApiVersions", "api_version": 0,
@@ -363,6 +411,12 @@ def test_gateways_capped_alike_are_named_together() -> None:
     assert caps.capped_summary(rows, "transaction.version", 2) == (
         "gw-000, gw-001, gw-002 support 0-1: their upstreams do not offer at least one of "
         "Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, which transaction.version=2 needs"
+    )
+    own = [{**rows[0], "gateway_id": "gw-009", "cap": caps.CATALOGUE}]
+    assert caps.capped_summary(rows + own, "transaction.version", 2).endswith(
+        "; gw-009 support 0-1: their own catalogues cap them, not their upstreams; "
+        "transaction.version=2 needs at least one of Produce v12+, TxnOffsetCommit v5+, "
+        "EndTxn v5+"
     )
     verdicts = [verdict("transaction.version", 2, 1, "upgrade", [])]
     verdicts[0].update(safe=False, blocking_gateways=["gw-000", "gw-001", "gw-002"])
