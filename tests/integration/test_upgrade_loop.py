@@ -23,10 +23,8 @@ the repository root, twice (the second run changes nothing and exits 0).
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -40,6 +38,7 @@ from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.featurectl_plan import featurectl_plan
 from tests.integration.conftest import CHROOT
 from tests.integration.test_client_identities import (
     OLD_CLIENT_ID,
@@ -121,37 +120,25 @@ def round_trip(driver: Any, bootstrap: str, topic: str, tag: str) -> bool:
 
 
 def run_plan(zookeeper: ZooKeeperProcess, metrics: Path, catalogue: str, out: Path) -> Any:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "featurectl",
-            "plan",
-            "--metrics",
-            str(metrics),
-            "--zookeeper",
-            zookeeper.connect_string,
-            "--chroot",
-            CHROOT,
-            "--catalogue",
-            catalogue,
-            "--target",
-            "test.version=0",
-            "--target",
-            "test.group.version=0",
-            "--master",
-            "local[1]",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    # Exits 1: written, and a target is not safe (the KIP-848 consumer would lose its API).
+    return featurectl_plan(
+        metrics,
+        out,
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--chroot",
+        CHROOT,
+        "--catalogue",
+        catalogue,
+        "--target",
+        "test.version=0",
+        "--target",
+        "test.group.version=0",
+        "--master",
+        "local[1]",
         env=env(),
-        timeout=PLAN_TIMEOUT_S,
+        timeout_s=PLAN_TIMEOUT_S,
     )
-    # 1: written, and a target is not safe (the KIP-848 consumer would lose its API).
-    assert done.returncode == 1, done.stderr[-3000:]
-    return json.loads((out / "plan.json").read_text())
 
 
 def run_as_printed(command: str) -> subprocess.CompletedProcess[str]:
