@@ -125,11 +125,9 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     who = _who(inputs, labels, refusal_rows, usage, client_dicts, levels)
     clients.annotate_verdicts(verdict_rows, client_dicts, inputs.catalogue, who["index"])
     registrations = {r["gateway_id"]: r for r in state.doc.get("registrations", [])}
+    cap_evidence = (inputs.catalogue, registrations, who["refusals"], state.support)
     for b in blocker_rows:
-        b["reason"] = caps.cap_reason(b, inputs.catalogue, registrations, who["refusals"])
-        b["lacks"] = caps.lacks_text(
-            caps.missing_gates(inputs.catalogue, b["feature"], b["max_level"], b["level"])
-        )
+        b.update(caps.cap_fields(b, *cap_evidence))
     for f in features:
         # Why the highest level everywhere is below the catalogue's: the gateways at it.
         high = f["cluster_max_level"]
@@ -138,16 +136,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         capped = decide.blocking_gateways(
             {f["feature"]: high + 1}, state.gateway_ids, state.support
         )
-        f["capped_by"] = [
-            {
-                **b,
-                "reason": caps.cap_reason(b, inputs.catalogue, registrations, who["refusals"]),
-                "lacks": caps.lacks_text(
-                    caps.missing_gates(inputs.catalogue, b["feature"], b["max_level"], high + 1)
-                ),
-            }
-            for b in capped
-        ]
+        f["capped_by"] = [{**b, **caps.cap_fields(b, *cap_evidence)} for b in capped]
     broken, wanting = clients.classify_refusals(
         who["refusals"], inputs.catalogue, state.finalized, features, usage, who["index"],
         state.doc,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 # Absolute imports only: spark-submit runs this file as a script, outside its package.
 from featurectl.plan.arguments import EPILOG, configure_parser
+from featurectl.plan.caps import CATALOGUE
 from featurectl.plan.columnar import PARQUET_SUFFIX, SAMPLES, has_parquet
 from featurectl.plan.compute import compute_plan
 from featurectl.plan.decide import client_label
@@ -186,14 +187,18 @@ def _print_summary(data: PlanData, written: Mapping[str, Path]) -> None:
         status = "safe now" if v["safe"] else "NOT safe yet"
         detail = ""
         if v["blocking_gateways"]:
+            mine = [
+                b
+                for b in data.blockers
+                if b["feature"] == v["feature"] and b["level"] == v["level"]
+            ]
             lacks = sorted(
-                {
-                    b["lacks"]
-                    for b in data.blockers
-                    if b["feature"] == v["feature"] and b["level"] == v["level"] and b.get("lacks")
-                }
+                {b["lacks"] for b in mine if b.get("lacks") and b.get("cap") != CATALOGUE}
             )
-            why = f" (their upstreams lack {'; '.join(lacks)})" if lacks else ""
+            own = sorted({b["gateway_id"] for b in mine if b.get("cap") == CATALOGUE})
+            causes = [f"their upstreams lack {'; '.join(lacks)}"] if lacks else []
+            causes += [f"their own catalogues cap {', '.join(own)}"] if own else []
+            why = f" ({'; '.join(causes)})" if causes else ""
             detail += f"; upgrade gateways first: {', '.join(v['blocking_gateways'])}{why}"
         if v["blocking_clients"]:
             names = ", ".join(client_label(c) for c in v["blocking_clients"])

@@ -168,33 +168,37 @@ def feature_table(doc: Mapping[str, Any]) -> Table:
     )
 
 
+# The columns broken_table and wanting_table start with: who was refused what, how often.
+_REFUSAL_COLUMNS = (
+    "client software",
+    "client ids",
+    "addresses",
+    "API",
+    "version",
+    "reason",
+    "refused",
+)
+
+
+def _refusal(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A refusal row's _REFUSAL_COLUMNS. API and version are "-" where the gateway's counter
+    did not say them (only broken-now rows: a wanting row always says both)."""
+    return (
+        _client(r),
+        _some(r.get("client_ids")),
+        _some(r.get("peers")),
+        r.get("api") or "-",
+        "-" if r.get("api_version") in (None, -1) else r["api_version"],
+        r["reason"],
+        f"{r['requests']:,.0f}",
+    )
+
+
 def broken_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return (
+        [*_REFUSAL_COLUMNS, "gateways", "last refused", "remedy"],
         [
-            "client software",
-            "client ids",
-            "addresses",
-            "API",
-            "version",
-            "reason",
-            "refused",
-            "gateways",
-            "last refused",
-            "remedy",
-        ],
-        [
-            (
-                _client(r),
-                _some(r.get("client_ids")),
-                _some(r.get("peers")),
-                r.get("api") or "-",
-                "-" if r.get("api_version") in (None, -1) else r["api_version"],
-                r["reason"],
-                f"{r['requests']:,.0f}",
-                _some(r.get("gateways")),
-                r.get("last_seen"),
-                r["remedy"],
-            )
+            (*_refusal(r), _some(r.get("gateways")), r.get("last_seen"), r["remedy"])
             for r in rows[:REPORT_CLIENT_ROWS]
         ],
     )
@@ -202,31 +206,9 @@ def broken_table(rows: Sequence[Mapping[str, Any]]) -> Table:
 
 def wanting_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return (
+        [*_REFUSAL_COLUMNS, "needs", "what it takes", "command"],
         [
-            "client software",
-            "client ids",
-            "addresses",
-            "API",
-            "version",
-            "reason",
-            "refused",
-            "needs",
-            "what it takes",
-            "command",
-        ],
-        [
-            (
-                _client(r),
-                _some(r.get("client_ids")),
-                _some(r.get("peers")),
-                r["api"],
-                r["api_version"],
-                r["reason"],
-                f"{r['requests']:,.0f}",
-                f"{r['feature']}={r['level']}",
-                r["remedy"],
-                r.get("command") or "-",
-            )
+            (*_refusal(r), f"{r['feature']}={r['level']}", r["remedy"], r.get("command") or "-")
             for r in rows[:REPORT_CLIENT_ROWS]
         ],
     )

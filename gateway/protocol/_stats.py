@@ -10,19 +10,6 @@ per request on the hot path instead of a labelled-metric lookup.
 from __future__ import annotations
 
 from bisect import bisect_left
-from time import perf_counter
-from typing import Protocol
-
-
-class Answered(Protocol):
-    """What counting a response reads of its in-flight entry (``InFlightRequest``, which
-    is the scanner's, and the scanner's twin counts with this module)."""
-
-    api_key: int
-    api_version: int
-    started: float
-    context: object
-
 
 # Upper bounds (seconds) of the latency histogram buckets: sub-millisecond metadata
 # calls up to fetches that long-poll for their max wait.
@@ -41,12 +28,6 @@ class ApiStats:
         self.requests: dict[tuple[int, int], int] = {}
         self.responses: dict[tuple[int, int], int] = {}
         self.latency: dict[int, list[float]] = {}
-
-    def response(self, entry: Answered) -> None:
-        """Count the response to ``entry`` (the gateway's own internal requests carry a
-        handler in ``context`` and are not client traffic)."""
-        if entry.context is None:
-            self.count_response(entry.api_key, entry.api_version, perf_counter() - entry.started)
 
     def count_request(self, key: int, version: int) -> None:
         requests = self.requests

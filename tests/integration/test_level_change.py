@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -28,6 +27,7 @@ from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.consumers import ContinuousConsumer
 from tests.integration.conftest import CHROOT
 from tests.integration.test_features import catalogue, finalize, wait_for
 from tests.integration.test_upgrade_in_place import (
@@ -105,41 +105,6 @@ def featurectl(zookeeper: ZooKeeperProcess, *args: str) -> str:
     return done.stdout
 
 
-class ContinuousConsumer:
-    """Reads partition 0 of a topic from the start, from a thread, until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        self.values: list[int] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"{topic}-reader",
-                "enable.auto.commit": False,
-                "error_cb": lambda err: self.errors.append(str(err)),
-            }
-        )
-        self._consumer.assign([TopicPartition(topic, 0, 0)])
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for msg in self._consumer.consume(500, 0.2):
-                if msg.error() is None:
-                    self.values.append(int(msg.value()))
-                else:
-                    self.errors.append(str(msg.error()))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._consumer.close()
-
-
 @pytest.fixture(params=[1, 2], ids=["one-process", "two-workers"])
 def gateway(
     request: pytest.FixtureRequest,
@@ -172,7 +137,13 @@ def test_disabling_a_level_drains_the_connections_that_negotiated_its_versions(
 ) -> None:
     create_topic(gateway.bootstrap, unique_topic)
     producer = ContinuousProducer(gateway.bootstrap, unique_topic).start()
-    consumer = ContinuousConsumer(gateway.bootstrap, unique_topic)
+    # Reads partition 0 from the start (assigned, not subscribed), from a thread.
+    consumer = ContinuousConsumer(
+        gateway.bootstrap,
+        unique_topic,
+        {"group.id": f"{unique_topic}-reader", "enable.auto.commit": False},
+        partition=0,
+    )
     wait_for(lambda: len(consumer.values) > 50, 30, "the consumer's first records")
     assert max(produce_versions(gateway)) >= GATED_FROM, "the producer negotiated v10+"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from featurectl.plan import synth
+from tests.harness.featurectl_plan import featurectl_plan, plan_command
 from tests.harness.ports import LOOPBACK
 from tests.harness.spark import (
     SparkConnectServer,
@@ -101,26 +101,19 @@ def run(
     return done
 
 
-def featurectl_plan(
+def plan_dataset(
     dataset: Path, out: Path, workdir: Path, *args: str, driver_ip: str | None = None
 ) -> dict[str, Any]:
-    run(
-        [
-            sys.executable,
-            "-m",
-            "featurectl",
-            "plan",
-            "--metrics",
-            str(dataset),
-            "--out",
-            str(out),
-            *TARGETS,
-            *args,
-        ],
-        workdir,
-        driver_ip,
+    # Exits 1: written, and the synthetic fleet's targets are not safe yet.
+    return featurectl_plan(
+        dataset,
+        out,
+        *TARGETS,
+        *args,
+        env=env(workdir, driver_ip),
+        timeout_s=RUN_TIMEOUT_S,
+        cwd=REPO,
     )
-    return json.loads((out / "plan.json").read_text())
 
 
 def comparable(plan: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +122,7 @@ def comparable(plan: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def local_plan(dataset: Path, workdir: Path) -> dict[str, Any]:
-    plan = featurectl_plan(dataset, workdir / "plan-local", workdir, "--master", "local[2]")
+    plan = plan_dataset(dataset, workdir / "plan-local", workdir, "--master", "local[2]")
     # The reference itself must be a real plan, or equal plans prove nothing.
     verdicts = {v["feature"]: v for v in plan["verdicts"]}
     assert verdicts["transaction.version"]["blocking_gateways"] == ["gw-000.example:9092"]
@@ -162,7 +155,7 @@ def test_plan_on_a_standalone_cluster_equals_the_local_plan(
 ) -> None:
     master, workers = cluster
     before = app_ids(master)
-    plan = featurectl_plan(
+    plan = plan_dataset(
         dataset,
         workdir / "plan-cluster",
         workdir,
@@ -216,9 +209,7 @@ def test_plan_through_spark_connect_equals_the_local_plan(
     workdir: Path,
     local_plan: dict[str, Any],
 ) -> None:
-    plan = featurectl_plan(
-        dataset, workdir / "plan-connect", workdir, "--remote", connect_server.url
-    )
+    plan = plan_dataset(dataset, workdir / "plan-connect", workdir, "--remote", connect_server.url)
     assert comparable(plan) == comparable(local_plan)
 
 
@@ -230,17 +221,7 @@ def test_remote_refuses_a_master_and_static_settings(workdir: Path, dataset: Pat
     ):
         remote = "sc://127.0.0.1:1" if extra else "http://127.0.0.1:1"
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "featurectl",
-                "plan",
-                "--metrics",
-                str(dataset),
-                "--remote",
-                remote,
-                *extra,
-            ],
+            plan_command(dataset, "--remote", remote, *extra),
             capture_output=True,
             text=True,
             env=env(workdir),

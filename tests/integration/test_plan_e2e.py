@@ -19,7 +19,6 @@ refusals nobody can attribute (an older gateway's counter has only a reason).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -45,6 +44,7 @@ from tests.harness import (
     ZooKeeperProcess,
     free_port,
 )
+from tests.harness.featurectl_plan import featurectl_plan
 from tests.harness.kafka_wire import parse_features
 from tests.integration.conftest import CHROOT
 from tests.integration.test_clients import ConfluentDriver
@@ -191,35 +191,23 @@ def test_collect_then_plan_with_real_gateways_and_clients(
 
     catalogue = tmp_path / "gw-a.toml"
     plan_dir = tmp_path / "plan"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "featurectl",
-            "plan",
-            "--metrics",
-            str(metrics),
-            "--zookeeper",
-            zookeeper.connect_string,
-            "--chroot",
-            CHROOT,
-            "--catalogue",
-            str(catalogue),
-            "--target",
-            f"{FEATURE}=2",
-            "--master",
-            "local[1]",
-            "--out",
-            str(plan_dir),
-        ],
-        capture_output=True,
-        text=True,
+    # Exits 1: written, and the target is not safe (gw-b supports level 1 only).
+    plan = featurectl_plan(
+        metrics,
+        plan_dir,
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--chroot",
+        CHROOT,
+        "--catalogue",
+        str(catalogue),
+        "--target",
+        f"{FEATURE}=2",
+        "--master",
+        "local[1]",
         env=env(),
-        timeout=RUN_TIMEOUT_S,
+        timeout_s=RUN_TIMEOUT_S,
     )
-    # 1: written, and the target is not safe (gw-b supports level 1 only).
-    assert done.returncode == 1, done.stderr[-3000:]
-    plan = json.loads((plan_dir / "plan.json").read_text())
 
     assert plan["state"]["source"] == "zookeeper"
     assert sorted(plan["state"]["gateway_ids"]) == ["gw-a", "gw-b"]
@@ -268,6 +256,9 @@ def test_collect_then_plan_with_real_gateways_and_clients(
     # Why level 2 is capped: gw-b, named with the API version it lacks.
     (capped,) = [b for b in plan["blocking_gateways"] if b["gateway_id"] == "gw-b"]
     assert "Metadata v12+" in capped["reason"], capped
+    # Its own catalogue stops at level 1: gw-a, through the same Tansu, supports level 2.
+    assert capped["cap"] == "catalogue", capped
+    assert "its own catalogue caps it, not its upstream (gw-a supports" in capped["reason"]
     # The refused Metadata v12: attributed where the gateway labels refusals.
     refused = [r for r in plan["refusals"] if r["reason"] == "gated_by_feature"]
     assert refused and sum(r["requests"] for r in refused) >= 3, plan["refusals"]

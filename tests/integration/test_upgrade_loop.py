@@ -23,11 +23,8 @@ the repository root, twice (the second run changes nothing and exits 0).
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +37,8 @@ from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.consumers import ContinuousConsumer
+from tests.harness.featurectl_plan import featurectl_plan
 from tests.integration.conftest import CHROOT
 from tests.integration.test_client_identities import (
     OLD_CLIENT_ID,
@@ -68,43 +67,17 @@ LEGACY_CLIENT_ID, LEGACY = OLD_CLIENT_ID, OLD_IDENTITY
 PLAN_TIMEOUT_S = 300
 
 
-class Kip848Consumer:
+def kip848_consumer(bootstrap: str, topic: str) -> ContinuousConsumer:
     """A confluent-kafka consumer in a KIP-848 group, polling from a thread."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Consumer
-
-        self.values: list[tuple[float, int]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"kip848-{uuid.uuid4().hex[:8]}",
-                "group.protocol": "consumer",
-                "auto.offset.reset": "earliest",
-                "error_cb": lambda err: self.errors.append(str(err)),
-            }
-        )
-        self._consumer.subscribe([topic])
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for msg in self._consumer.consume(500, 0.2):
-                if msg.error() is None:
-                    self.values.append((time.time(), int(msg.value())))
-                else:
-                    self.errors.append(str(msg.error()))
-
-    def since(self, when: float) -> int:
-        return sum(1 for t, _ in self.values if t >= when)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._consumer.close()
+    return ContinuousConsumer(
+        bootstrap,
+        topic,
+        {
+            "group.id": f"kip848-{uuid.uuid4().hex[:8]}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        },
+    )
 
 
 def round_trip(driver: Any, bootstrap: str, topic: str, tag: str) -> bool:
@@ -121,37 +94,25 @@ def round_trip(driver: Any, bootstrap: str, topic: str, tag: str) -> bool:
 
 
 def run_plan(zookeeper: ZooKeeperProcess, metrics: Path, catalogue: str, out: Path) -> Any:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "featurectl",
-            "plan",
-            "--metrics",
-            str(metrics),
-            "--zookeeper",
-            zookeeper.connect_string,
-            "--chroot",
-            CHROOT,
-            "--catalogue",
-            catalogue,
-            "--target",
-            "test.version=0",
-            "--target",
-            "test.group.version=0",
-            "--master",
-            "local[1]",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    # Exits 1: written, and a target is not safe (the KIP-848 consumer would lose its API).
+    return featurectl_plan(
+        metrics,
+        out,
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--chroot",
+        CHROOT,
+        "--catalogue",
+        catalogue,
+        "--target",
+        "test.version=0",
+        "--target",
+        "test.group.version=0",
+        "--master",
+        "local[1]",
         env=env(),
-        timeout=PLAN_TIMEOUT_S,
+        timeout_s=PLAN_TIMEOUT_S,
     )
-    # 1: written, and a target is not safe (the KIP-848 consumer would lose its API).
-    assert done.returncode == 1, done.stderr[-3000:]
-    return json.loads((out / "plan.json").read_text())
 
 
 def run_as_printed(command: str) -> subprocess.CompletedProcess[str]:
@@ -191,7 +152,7 @@ def test_collect_plan_apply_and_every_client_as_the_plan_said(
     try:
         wait_for(lambda: list((metrics / STATE).glob("*.json")), 30, "the first round")
         producer = ContinuousProducer(gw.bootstrap, topic).start()
-        consumer = Kip848Consumer(gw.bootstrap, topic)
+        consumer = kip848_consumer(gw.bootstrap, topic)
         wait_for(lambda: len(consumer.values) > 20, 60, "the KIP-848 consumer's records")
         produce_pinned_0_10(gw.bootstrap, side_topic, seconds=4)  # refused: broken now
         assert round_trip(KafkaPythonDriver(), gw.bootstrap, side_topic, "kp-before")

@@ -220,6 +220,54 @@ def test_a_capped_level_names_the_api_versions_the_upstream_lacks() -> None:
     )
 
 
+def test_a_level_capped_by_the_gateways_own_catalogue_says_so_not_its_upstream() -> None:
+    """As gw-b in test_plan_e2e: its catalogue stops at level 1 while gw-a, through the
+    same broker, supports level 2; or a catalogue without the feature at all."""
+    two = parse_catalogue(
+        {
+            "features": {
+                "t.version": {"levels": {"1": ["DescribeCluster>=1"], "2": ["Metadata>=12"]}}
+            }
+        }
+    )
+    blocker = {"feature": "t.version", "level": 2, "gateway_id": "gw-b", "min_level": 0,
+               "max_level": 1}  # fmt: skip
+    registrations = {
+        "gw-a": {"upstream": "broker:9092", "broker_software": "tansu 0.5"},
+        "gw-b": {"upstream": "broker:9092", "broker_software": "tansu 0.5"},
+        "gw-c": {"upstream": "other:9092", "broker_software": "tansu 0.5"},
+    }
+    support = [("gw-a", "t.version", 0, 2), ("gw-b", "t.version", 0, 1)]
+    fields = caps.cap_fields(blocker, two, registrations, (), support)
+    assert fields == {
+        "reason": "supports 0-1: its own catalogue caps it, not its upstream (gw-a supports "
+        "t.version=2 through the same upstream); t.version=2 needs Metadata v12+",
+        "lacks": "Metadata v12+",
+        "cap": caps.CATALOGUE,
+    }
+    # Another upstream running the same broker software offers the same API versions.
+    support = [("gw-c", "t.version", 0, 2), ("gw-b", "t.version", 0, 1)]
+    assert "(gw-c supports t.version=2 in front of the same tansu 0.5)" in caps.cap_reason(
+        blocker, two, registrations, (), support
+    )
+    # Nobody through the same upstream or software supports more: the upstream, as before.
+    unknown = {k: {**r, "broker_software": "unknown unknown"} for k, r in registrations.items()}
+    fields = caps.cap_fields(blocker, two, unknown, (), support)
+    assert fields["cap"] == caps.UPSTREAM
+    assert fields["reason"] == (
+        "supports 0-1: its upstream (unknown unknown, at broker:9092) does not offer "
+        "Metadata v12+, which t.version=2 needs"
+    )
+    # A gateway lists every feature of its catalogue: one that does not has it in none.
+    fields = caps.cap_fields({**blocker, "min_level": None, "max_level": None}, two, {})
+    assert fields["cap"] == caps.CATALOGUE
+    assert fields["reason"] == (
+        "does not list the feature, so supports level 0 only: its own catalogue caps it, "
+        "not its upstream (the catalogue has no t.version); t.version=2 needs at least one "
+        "of DescribeCluster v1+, Metadata v12+"
+    )
+
+
 def test_versions_by_client_takes_first_seen_from_the_records() -> None:
     usage = [
         {**KAFKA_PYTHON, "api_key": 18, "api": "ApiVersions", "api_version": 0,
@@ -282,6 +330,37 @@ def test_report_md_has_broken_now_wanting_losses_and_the_version_table(tmp_path:
     assert "v11 and lower" in md and cl.RECONNECT in md
 
 
+def test_the_broken_and_wanting_tables_columns_cell_by_cell() -> None:
+    from featurectl.plan.sections import broken_table, wanting_table
+
+    index = ids.identity_index(IDENTITIES)
+    refusals = [
+        refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 300.0),
+        refusal(LIBRDKAFKA, 68, "ConsumerGroupHeartbeat", 0, "gated_by_feature", 1234.0),
+        {**refusal({}, -1, "Unknown", -1, "oversize_frame", 2.0), **dict.fromkeys(
+            ("client_software_name", "client_software_version", "api"))},
+    ]  # fmt: skip
+    broken, wanting = cl.classify_refusals(
+        refusals, CATALOGUE, {}, features(**{"group.version": 1}), [], index, STATE
+    )
+    broken[0]["client_ids"] = ["a", "b", "c", "d", "e"]  # more than the table shows
+    shared = ["client software", "client ids", "addresses", "API", "version", "reason", "refused"]
+    header, rows = broken_table(broken)
+    assert header == [*shared, "gateways", "last refused", "remedy"]
+    assert rows == [
+        ("kafka-python 2.0.2", "a, b, c (+2)", "10.0.0.7, 10.0.0.8", "Produce", 2,
+         "unsupported_version", "300", "gw-a", T0 + 60_000, broken[0]["remedy"]),
+        ("(not labelled)", "-", "-", "-", "-", "oversize_frame", "2", "gw-a", T0 + 60_000,
+         cl.UNATTRIBUTED),
+    ]  # fmt: skip
+    header, rows = wanting_table([*wanting, {**wanting[0], "command": None}])
+    assert header == [*shared, "needs", "what it takes", "command"]
+    want = ("librdkafka 2.6.1", "-", "-", "ConsumerGroupHeartbeat", 0, "gated_by_feature",
+            "1,234", "group.version=1", wanting[0]["remedy"])  # fmt: skip
+    assert rows == [(*want, wanting[0]["command"]), (*want, "-")]
+    assert wanting[0]["command"].endswith("--feature group.version=1")
+
+
 def test_chart_ticks_read_differently_on_a_one_minute_window() -> None:
     import matplotlib
 
@@ -332,6 +411,12 @@ def test_gateways_capped_alike_are_named_together() -> None:
     assert caps.capped_summary(rows, "transaction.version", 2) == (
         "gw-000, gw-001, gw-002 support 0-1: their upstreams do not offer at least one of "
         "Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, which transaction.version=2 needs"
+    )
+    own = [{**rows[0], "gateway_id": "gw-009", "cap": caps.CATALOGUE}]
+    assert caps.capped_summary(rows + own, "transaction.version", 2).endswith(
+        "; gw-009 support 0-1: their own catalogues cap them, not their upstreams; "
+        "transaction.version=2 needs at least one of Produce v12+, TxnOffsetCommit v5+, "
+        "EndTxn v5+"
     )
     verdicts = [verdict("transaction.version", 2, 1, "upgrade", [])]
     verdicts[0].update(safe=False, blocking_gateways=["gw-000", "gw-001", "gw-002"])
