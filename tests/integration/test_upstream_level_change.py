@@ -26,6 +26,7 @@ from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.consumers import ContinuousConsumer
 from tests.harness.ports import LOOPBACK
 from tests.integration.conftest import CHROOT
 from tests.integration.test_features import catalogue, finalize, wait_for
@@ -33,7 +34,6 @@ from tests.integration.test_kafka_features_tool import kafka_features
 from tests.integration.test_level_change import (
     DRAINED,
     GATED_FROM,
-    ContinuousConsumer,
     log_events,
     produce_versions,
     total,
@@ -92,7 +92,12 @@ def test_a_feature_downgraded_on_the_broker_drains_the_connections_that_lost_a_v
 ) -> None:
     create_topic(gateway.bootstrap, unique_topic)
     producer = ContinuousProducer(gateway.bootstrap, unique_topic).start()
-    consumer = ContinuousConsumer(gateway.bootstrap, unique_topic)
+    consumer = ContinuousConsumer(
+        gateway.bootstrap,
+        unique_topic,
+        {"group.id": f"{unique_topic}-reader", "enable.auto.commit": False},
+        partition=0,
+    )
     wait_for(lambda: len(consumer.values) > 50, 30, "the consumer's first records")
     assert max(produce_versions(gateway)) >= GATED_FROM, "the producer negotiated v10+"
 
