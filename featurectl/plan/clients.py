@@ -88,7 +88,8 @@ def classify_refusals(
                 command = None
                 remedy = (
                     f"needs {feature}={level}, which not every live gateway supports yet "
-                    f"(highest everywhere: {high}): upgrade the brokers behind them first"
+                    f"(highest everywhere: {high}): upgrade the gateways that lack it, or "
+                    f"the brokers behind them, first (the features table says which)"
                 )
             wants.append(
                 {**row, "feature": feature, "level": level, "remedy": remedy, "command": command}
