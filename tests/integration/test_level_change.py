@@ -105,6 +105,50 @@ def featurectl(zookeeper: ZooKeeperProcess, *args: str) -> str:
     return done.stdout
 
 
+def live_traffic(
+    gateway: GatewayProcess, topic: str
+) -> tuple[ContinuousProducer, ContinuousConsumer]:
+    """A producer (acks=all, idempotent) and a consumer of partition 0 from the start
+    (assigned, not subscribed) running through ``gateway``, the producer at Produce v10+."""
+    create_topic(gateway.bootstrap, topic)
+    producer = ContinuousProducer(gateway.bootstrap, topic).start()
+    consumer = ContinuousConsumer(
+        gateway.bootstrap,
+        topic,
+        {"group.id": f"{topic}-reader", "enable.auto.commit": False},
+        partition=0,
+    )
+    wait_for(lambda: len(consumer.values) > 50, 30, "the consumer's first records")
+    assert max(produce_versions(gateway)) >= GATED_FROM, "the producer negotiated v10+"
+    return producer, consumer
+
+
+def keeps_delivering(producer: ContinuousProducer) -> int:
+    """Wait until a record sent from now on is acknowledged; return its number."""
+    sent_after = producer.sent
+    deadline = time.monotonic() + 30
+    while not any(v >= sent_after for _, v in producer.acked):
+        assert time.monotonic() < deadline, (
+            f"no record sent after the change was acknowledged in 30 s; "
+            f"{len(producer.failed)} failed: {sorted(set(producer.failed))}"
+        )
+        time.sleep(0.02)
+    return sent_after
+
+
+def nothing_lost(
+    producer: ContinuousProducer, consumer: ContinuousConsumer, sent_after: int
+) -> None:
+    """Every record (the producer stopped) acknowledged, and read back exactly once,
+    those sent after the change included."""
+    assert producer.failed == []
+    assert sorted(v for _, v in producer.acked) == list(range(producer.sent))
+    wait_for(lambda: len(consumer.values) >= producer.sent, 60, "every record read back")
+    consumer.stop()
+    assert sorted(consumer.values) == list(range(producer.sent))
+    assert max(consumer.values) >= sent_after, "the consumer kept consuming"
+
+
 @pytest.fixture(params=[1, 2], ids=["one-process", "two-workers"])
 def gateway(
     request: pytest.FixtureRequest,
@@ -135,17 +179,7 @@ def test_disabling_a_level_drains_the_connections_that_negotiated_its_versions(
     store: FeatureStore,
     unique_topic: str,
 ) -> None:
-    create_topic(gateway.bootstrap, unique_topic)
-    producer = ContinuousProducer(gateway.bootstrap, unique_topic).start()
-    # Reads partition 0 from the start (assigned, not subscribed), from a thread.
-    consumer = ContinuousConsumer(
-        gateway.bootstrap,
-        unique_topic,
-        {"group.id": f"{unique_topic}-reader", "enable.auto.commit": False},
-        partition=0,
-    )
-    wait_for(lambda: len(consumer.values) > 50, 30, "the consumer's first records")
-    assert max(produce_versions(gateway)) >= GATED_FROM, "the producer negotiated v10+"
+    producer, consumer = live_traffic(gateway, unique_topic)
 
     argv = gateway.command()
     workers = int(argv[argv.index("--workers") + 1])
@@ -162,28 +196,14 @@ def test_disabling_a_level_drains_the_connections_that_negotiated_its_versions(
     acked_before = len(producer.acked)
     out = featurectl(zookeeper, "disable", "--feature", "test.version", "--allow-downgrade")
     assert "test.version: 1 → 0" in out
-    # It keeps delivering: records sent after the change are acknowledged.
-    sent_after = producer.sent
-    deadline = time.monotonic() + 30
-    while not any(v >= sent_after for _, v in producer.acked):
-        assert time.monotonic() < deadline, (
-            f"no record sent after the change was acknowledged in 30 s; "
-            f"{len(producer.failed)} failed: {sorted(set(producer.failed))}"
-        )
-        time.sleep(0.02)
+    sent_after = keeps_delivering(producer)
     time.sleep(2.0)
     producer.stop()
     versions = produce_versions(gateway)
     drained = total(gateway, DRAINED, reason="feature_levels")  # summed over the workers
     refused = total(gateway, "kafka_gateway_rejected_requests_total", reason="gated_by_feature")
 
-    # No record lost or doubled: every one acknowledged, and read back exactly once.
-    assert producer.failed == []
-    assert sorted(v for _, v in producer.acked) == list(range(producer.sent))
-    wait_for(lambda: len(consumer.values) >= producer.sent, 60, "every record read back")
-    consumer.stop()
-    assert sorted(consumer.values) == list(range(producer.sent))
-    assert max(consumer.values) >= sent_after, "the consumer kept consuming"
+    nothing_lost(producer, consumer, sent_after)
 
     assert refused == 0, "no request was answered UNSUPPORTED_VERSION"
     assert any(v < GATED_FROM and n > 0 for v, n in versions.items()), versions

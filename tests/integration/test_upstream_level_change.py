@@ -26,7 +26,6 @@ from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
-from tests.harness.consumers import ContinuousConsumer
 from tests.harness.ports import LOOPBACK
 from tests.integration.conftest import CHROOT
 from tests.integration.test_features import catalogue, finalize, wait_for
@@ -34,15 +33,14 @@ from tests.integration.test_kafka_features_tool import kafka_features
 from tests.integration.test_level_change import (
     DRAINED,
     GATED_FROM,
+    keeps_delivering,
+    live_traffic,
     log_events,
+    nothing_lost,
     produce_versions,
     total,
 )
-from tests.integration.test_upgrade_in_place import (
-    MAX_REBOOTSTRAP_GAP_S,
-    ContinuousProducer,
-    create_topic,
-)
+from tests.integration.test_upgrade_in_place import MAX_REBOOTSTRAP_GAP_S
 
 CATALOGUE = f"""
 [features."transaction.version"]
@@ -90,16 +88,7 @@ def gateway(
 def test_a_feature_downgraded_on_the_broker_drains_the_connections_that_lost_a_version(
     gateway: GatewayProcess, own_kafka: ApacheKafkaBroker, unique_topic: str
 ) -> None:
-    create_topic(gateway.bootstrap, unique_topic)
-    producer = ContinuousProducer(gateway.bootstrap, unique_topic).start()
-    consumer = ContinuousConsumer(
-        gateway.bootstrap,
-        unique_topic,
-        {"group.id": f"{unique_topic}-reader", "enable.auto.commit": False},
-        partition=0,
-    )
-    wait_for(lambda: len(consumer.values) > 50, 30, "the consumer's first records")
-    assert max(produce_versions(gateway)) >= GATED_FROM, "the producer negotiated v10+"
+    producer, consumer = live_traffic(gateway, unique_topic)
 
     # Asked again many times over, the broker's answer is the same: nothing drained.
     time.sleep(10 * CHECK_MS / 1000)
@@ -108,14 +97,7 @@ def test_a_feature_downgraded_on_the_broker_drains_the_connections_that_lost_a_v
 
     done = kafka_features(own_kafka.bootstrap, "downgrade", "--feature", "transaction.version=0")
     assert done.returncode == 0 and "downgraded to 0" in done.stdout, done
-    sent_after = producer.sent
-    deadline = time.monotonic() + 30
-    while not any(v >= sent_after for _, v in producer.acked):
-        assert time.monotonic() < deadline, (
-            f"no record sent after the change was acknowledged in 30 s; "
-            f"{len(producer.failed)} failed: {sorted(set(producer.failed))}"
-        )
-        time.sleep(0.02)
+    sent_after = keeps_delivering(producer)
     wait_for(lambda: total(gateway, DRAINED, reason=REASON) >= 1, 15, "a connection drained")
     time.sleep(2.0)
     producer.stop()
@@ -123,13 +105,7 @@ def test_a_feature_downgraded_on_the_broker_drains_the_connections_that_lost_a_v
     drained = total(gateway, DRAINED, reason=REASON)  # summed over the workers
     refused = total(gateway, "kafka_gateway_rejected_requests_total")
 
-    # No record lost or doubled: every one acknowledged, and read back exactly once.
-    assert producer.failed == []
-    assert sorted(v for _, v in producer.acked) == list(range(producer.sent))
-    wait_for(lambda: len(consumer.values) >= producer.sent, 60, "every record read back")
-    consumer.stop()
-    assert sorted(consumer.values) == list(range(producer.sent))
-    assert max(consumer.values) >= sent_after, "the consumer kept consuming"
+    nothing_lost(producer, consumer, sent_after)
 
     assert refused == 0, "no request was refused"
     assert any(v < GATED_FROM and n > 0 for v, n in versions.items()), versions
