@@ -140,7 +140,11 @@ def nothing_lost(
     producer: ContinuousProducer, consumer: ContinuousConsumer, sent_after: int
 ) -> None:
     """Every record (the producer stopped) acknowledged, and read back exactly once,
-    those sent after the change included."""
+    those sent after the change included; the drained connection closed as a broker's
+    does, not with a reset (``flow.linger_close``)."""
+    disconnects = [line for line in producer.log.lines if "Disconnected" in line]
+    assert disconnects, "the producer's connection was drained"
+    assert not [line for line in disconnects if "reset" in line], disconnects
     assert producer.failed == []
     assert sorted(v for _, v in producer.acked) == list(range(producer.sent))
     wait_for(lambda: len(consumer.values) >= producer.sent, 60, "every record read back")
