@@ -193,10 +193,10 @@ def feed_all(finder: Any, data: bytes, chunk: int) -> int:
     return pos
 
 
-def worker(bodies_path: str, repeat: int, chunk: int) -> dict[str, Any]:
+def cases(bodies: dict[str, bytes], chunk: int) -> dict[str, Callable[[], int]]:
+    """Each case's call, in a process whose ``gateway`` is the tree measured."""
     from kio.index import load_request_schema
 
-    import gateway
     from gateway.protocol import HeadFinder, TailFinder
 
     try:  # public from the one-walk change on
@@ -205,25 +205,11 @@ def worker(bodies_path: str, repeat: int, chunk: int) -> dict[str, Any]:
         walk = importlib.import_module("gateway.protocol._walk")
         measure, tags_offset = walk.measure, walk.tags_offset
 
-    with open(bodies_path, "rb") as f:
-        bodies: dict[str, bytes] = pickle.load(f)
     produce_v9 = load_request_schema(0, 9)
     metadata_v12 = load_request_schema(3, 12)
-    out: dict[str, float] = {}
-    checks: dict[str, int] = {}
-
-    def case(name: str, call: Callable[[], int]) -> None:
-        checks[name] = call()
-        out[name] = best(call, repeat)
-
     produce, fetch = bodies["produce_response"], bodies["fetch_small"]
-    case(CASES[0], lambda: tags_offset(0, 11, produce))
-    case(CASES[1], lambda: tags_offset(1, 16, fetch))
     produce_req, metadata_req = bodies["produce_request"], bodies["metadata_request"]
-    case(CASES[2], lambda: measure(produce_v9, produce_req))
-    case(CASES[3], lambda: measure(metadata_v12, metadata_req))
     big = bodies["fetch_big"]
-    case(CASES[4], lambda: feed_all(TailFinder(1, 16), big, chunk))
     heads = [bodies["metadata_a"], bodies["metadata_b"]]
 
     def missed() -> int:  # the other response's head is the one remembered: walked
@@ -231,23 +217,74 @@ def worker(bodies_path: str, repeat: int, chunk: int) -> dict[str, Any]:
         return feed_all(HeadFinder(3, 12, "brokers"), heads[0], chunk)
 
     missed()
-    case(CASES[5], missed)
     warm = heads[0]
-    case(CASES[6], lambda: feed_all(HeadFinder(3, 12, "brokers"), warm, chunk))
-    return {"us": out, "checks": checks, "gateway": gateway.__file__}
+    calls: list[Callable[[], int]] = [
+        lambda: tags_offset(0, 11, produce),
+        lambda: tags_offset(1, 16, fetch),
+        lambda: measure(produce_v9, produce_req),
+        lambda: measure(metadata_v12, metadata_req),
+        lambda: feed_all(TailFinder(1, 16), big, chunk),
+        missed,
+        lambda: feed_all(HeadFinder(3, 12, "brokers"), warm, chunk),
+    ]
+    return dict(zip(CASES, calls, strict=True))
 
 
-def run_tree(root: Path, bodies_path: str, repeat: int, chunk: int) -> dict[str, Any]:
+def worker(bodies_path: str, repeat: int, chunk: int, case: int, calls: int) -> dict[str, Any]:
+    """µs a call of each case (``calls`` 0), or only ``calls`` calls of case ``case``
+    (under cachegrind, which counts the instructions)."""
+    import gateway
+
+    with open(bodies_path, "rb") as f:
+        bodies: dict[str, bytes] = pickle.load(f)
+    runs = cases(bodies, chunk)
+    if calls:
+        call = runs[CASES[case]]
+        for _ in range(calls):
+            call()
+        return {}
+    checks = {name: call() for name, call in runs.items()}
+    us = {name: best(call, repeat) for name, call in runs.items()}
+    return {"us": us, "checks": checks, "gateway": gateway.__file__}
+
+
+def run_tree(root: Path, bodies_path: str, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(root)}
-    args = [sys.executable, str(HERE), "--worker", bodies_path]
-    args += ["--repeat", str(repeat), "--chunk", str(chunk)]
-    done = subprocess.run(args, env=env, cwd=root, capture_output=True, text=True, check=False)
+    command = [sys.executable, str(HERE), "--worker", bodies_path]
+    command += ["--repeat", str(args.repeat), "--chunk", str(args.chunk)]
+    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{root}: the worker failed\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout)
     if not Path(result["gateway"]).is_relative_to(root):
         raise SystemExit(f"{root}: imported {result['gateway']}, not this tree's gateway")
     return result
+
+
+def instructions(root: Path, bodies_path: str, args: argparse.Namespace, case: int) -> float:
+    """Instructions a call of case ``case``: cachegrind's count for two numbers of calls
+    in one process each, the difference divided by the difference (start-up cancels)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    few = 20 if case in (4, 5) else 200  # the streamed cases cost 100x the others
+    counts = []
+    for calls in (few, 3 * few):
+        with tempfile.NamedTemporaryFile(suffix=".cachegrind") as out:
+            command = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+            command += [f"--cachegrind-out-file={out.name}", sys.executable, str(HERE)]
+            command += ["--worker", bodies_path, "--chunk", str(args.chunk)]
+            command += ["--case", str(case), "--calls", str(calls)]
+            done = subprocess.run(
+                command, env=env, cwd=root, capture_output=True, text=True, check=False
+            )
+            if done.returncode:
+                raise SystemExit(f"{root}: cachegrind failed\n{done.stderr[-2000:]}")
+            summary = next(
+                line
+                for line in Path(out.name).read_text().splitlines()
+                if line.startswith("summary:")
+            )
+            counts.append(int(summary.split()[1]))
+    return (counts[1] - counts[0]) / (2 * few)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,10 +296,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=64 << 10, help="bytes a feed")
     parser.add_argument("--fetch-mib", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions a call with valgrind's cachegrind (deterministic, "
+        "unlike the timings on a busy machine; a few minutes)",
+    )
     parser.add_argument("--worker", metavar="BODIES", help=argparse.SUPPRESS)
+    parser.add_argument("--case", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.repeat, args.chunk)))
+        print(json.dumps(worker(args.worker, args.repeat, args.chunk, args.case, args.calls)))
         return 0
     trees = {"after": args.after.resolve()}
     if args.before is not None:
@@ -276,12 +321,17 @@ def main(argv: list[str] | None = None) -> int:
             order = list(trees) if n % 2 == 0 else list(reversed(trees))
             checks = []
             for label in order:
-                result = run_tree(trees[label], f.name, args.repeat, args.chunk)
+                result = run_tree(trees[label], f.name, args)
                 checks.append(result["checks"])
                 for name, us in result["us"].items():
                     best_us[label][name] = min(best_us[label].get(name, us), us)
             if any(c != checks[0] for c in checks):
                 raise SystemExit(f"the trees' walks end in different places: {checks}")
+        counted: dict[str, dict[str, float]] = {label: {} for label in trees}
+        if args.instructions:
+            for i, case in enumerate(CASES):
+                for label, root in trees.items():
+                    counted[label][case] = instructions(root, f.name, args, i)
     load = os.getloadavg()
     print(
         f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -292,15 +342,22 @@ def main(argv: list[str] | None = None) -> int:
         "fetch_mib": args.fetch_mib,
         "partitions": f"{args.partitions:,}",
     }
-    labels = list(trees)
-    head = "| case | " + " | ".join(f"{label} µs" for label in labels)
-    print(head + (" | after / before |" if len(labels) == 2 else " |"))
-    print("| --- " * (len(labels) + 1 + (len(labels) == 2)) + "|")
+    columns = [(best_us, "µs", "{:,.2f}")]
+    if args.instructions:
+        columns.append((counted, "instructions", "{:,.0f}"))
+    head = ["case"]
+    for _, unit, _ in columns:
+        head += [f"{label} {unit}" for label in trees]
+        head += ["after / before"] if len(trees) == 2 else []
+    print("| " + " | ".join(head) + " |")
+    print("| --- " * len(head) + "|")
     for case in CASES:
-        row = [best_us[label][case] for label in labels]
-        cells = " | ".join(f"{us:,.2f}" for us in row)
-        ratio = f" | {row[1] / row[0]:.2f} |" if len(row) == 2 else " |"
-        print(f"| {case.format(**names)} | {cells}{ratio}")
+        cells = [case.format(**names)]
+        for figures, _, form in columns:
+            row = [figures[label][case] for label in trees]
+            cells += [form.format(x) for x in row]
+            cells += [f"{row[1] / row[0]:.2f}"] if len(row) == 2 else []
+        print("| " + " | ".join(cells) + " |")
     return 0
 
 
