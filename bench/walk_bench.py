@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import importlib
 import json
 import os
@@ -238,6 +239,7 @@ def worker(bodies_path: str, repeat: int, chunk: int, case: int, calls: int) -> 
     with open(bodies_path, "rb") as f:
         bodies: dict[str, bytes] = pickle.load(f)
     runs = cases(bodies, chunk)
+    gc.disable()  # as timeit does: a collection lands in one run and not another
     if calls:
         call = runs[CASES[case]]
         for _ in range(calls):
@@ -263,8 +265,9 @@ def run_tree(root: Path, bodies_path: str, args: argparse.Namespace) -> dict[str
 
 def instructions(root: Path, bodies_path: str, args: argparse.Namespace, case: int) -> float:
     """Instructions a call of case ``case``: cachegrind's count for two numbers of calls
-    in one process each, the difference divided by the difference (start-up cancels)."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    in one process each, the difference divided by the difference (start-up cancels).
+    The hash seed is fixed: a random one moves a case's count by up to a quarter."""
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "0"}
     few = 20 if case in (4, 5) else 200  # the streamed cases cost 100x the others
     counts = []
     for calls in (few, 3 * few):
