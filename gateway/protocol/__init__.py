@@ -41,7 +41,7 @@ from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
 from ._scanner import COMPILED as SCANNER_COMPILED
-from ._walk import tail_program
+from ._walk import field_offset, measure, tags_offset, tail_program
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
 
 __all__ = [
@@ -78,13 +78,16 @@ __all__ = [
     "api_of",
     "api_range",
     "api_spec",
+    "field_offset",
     "frame",
     "known_api_keys",
+    "measure",
     "parse_request_header",
     "produce_acks",
     "read_tagged_fields",
     "response_body_offset",
     "response_header",
+    "tags_offset",
     "tail_program",
     "write_tagged_fields",
 ]

@@ -1,73 +1,89 @@
 """Following a response streaming past, chunk by chunk, to where a walk of its schema
-ends (``gateway.protocol._walk``'s generator steps): to its top-level tagged section
-(``TailFinder``) or to the end of a head (``HeadFinder``)."""
+ends: to its top-level tagged section (``TailFinder``) or to the end of a head
+(``HeadFinder``).
+
+Each chunk goes through ``_walk.walk``, the loop that also walks bodies held whole, so a
+streamed response is walked by the same steps as a gathered one. Why chunk by chunk: a
+100 MiB Fetch must never be gathered, and a 100k-partition Metadata response only needs
+its head (its brokers) held back. Between chunks a finder keeps what the walk stopped
+on: the few bytes of a read split across them (at most a tag's number and size), or how
+far a skip runs into the next.
+"""
 
 from __future__ import annotations
 
+from functools import cache
+
 from kio.index import load_response_schema
 
-from ._walk import Walk, fields, response_schema, tagged_section, through_field
+from ._walk import Frame, Program, _program, after_header, begin, layout, response_schema, walk
 
-
-def _frame_walk(schema: type) -> Walk:
-    yield from tagged_section()  # response header v1, after the correlation id
-    yield from fields(schema)
+# Bytes of a chunk joined to those kept from the last one: at least the longest read a
+# step makes (a tagged field's number and size: two uvarints of up to 5 bytes).
+_JOIN = 16
 
 
 class _Finder:
     """Follows a response streaming past, fed from just after its correlation id, until
-    its ``walk`` ends; ``feed`` consumes what lies before that point and stops there,
-    setting ``found``. Only the few bytes of a field split across chunks are copied;
+    its walk ends; ``feed`` consumes what lies before that point and stops there,
+    setting ``found``. Only the few bytes of a read split across chunks are copied;
     record bytes are stepped over."""
 
-    __slots__ = ("_partial", "_step", "_walk", "found")
+    __slots__ = ("_frame", "_kept", "_over", "found")
     # True when the bytes walked over must be held back (the reader then gathers them),
     # False when they stream through as they are walked.
     holds_head = False
 
-    def __init__(self, walk: Walk) -> None:
-        self._walk = walk
-        self._partial = bytearray()  # the start of a field split across chunks
+    def __init__(self, program: Program) -> None:
+        self._frame: Frame = begin(program)  # where the walk resumes
+        self._kept = b""  # the start of a read split across chunks
+        self._over = 0  # how far a skip runs past the bytes fed so far
         self.found = False
-        self._step = next(self._walk)
 
     def feed(self, mv: memoryview, pos: int, end: int) -> int:
         """Consume ``mv[pos:end]`` up to where the walk ends; return the position reached.
 
         Raises ``Malformed`` when the bytes cannot be this response.
         """
-        walk = self._walk
-        step = self._step
-        try:
-            while pos < end:
-                if step < 0:
-                    take = min(-step, end - pos)
-                    pos += take
-                    step += take
-                    if step:
-                        break
-                    step = walk.send(None)
-                elif self._partial:
-                    partial = self._partial
-                    take = min(step - len(partial), end - pos)
-                    partial += mv[pos : pos + take]
-                    pos += take
-                    if len(partial) < step:
-                        break
-                    data = bytes(partial)
-                    partial.clear()
-                    step = walk.send(data)
-                elif end - pos >= step:
-                    data = mv[pos : pos + step]
-                    pos += step
-                    step = walk.send(data)
-                else:
-                    self._partial += mv[pos:end]
-                    pos = end
-        except StopIteration:
+        over = self._over
+        if over:
+            if over > end - pos:
+                self._over = over - (end - pos)
+                return end
+            pos += over
+            self._over = 0
+        stopped: list[Frame] = []
+        kept = self._kept
+        if kept:
+            # The read split across chunks: walk the kept bytes and the next few, then
+            # go on in the chunk itself from where that walk stopped.
+            joined = kept + mv[pos : min(end, pos + _JOIN)]
+            reached = walk(self._frame, joined, 0, len(joined), stopped)
+            if not stopped:
+                self.found = True
+                return pos + reached - len(kept)
+            self._frame = stopped.pop()
+            if reached < len(kept):  # the chunk, shorter than _JOIN, ends first
+                self._kept = joined[reached:]
+                return end
+            self._kept = b""
+            pos += reached - len(kept)
+        reached = walk(self._frame, mv, pos, end, stopped)
+        if not stopped:
             self.found = True
-        self._step = step
-        return pos
+            return reached
+        self._frame = stopped.pop()
+        if reached > end:
+            self._over = reached - end
+        elif reached < end:
+            self._kept = bytes(mv[reached:end])
+        return end
+
+
+@cache
+def _tail_program(api_key: int, version: int) -> Program:
+    # Response header v1 (after the correlation id), then the body to its tagged section.
+    return after_header(_program(response_schema(api_key, version)))
 
 
 class TailFinder(_Finder):
@@ -76,13 +92,16 @@ class TailFinder(_Finder):
     __slots__ = ()
 
     def __init__(self, api_key: int, version: int) -> None:
-        super().__init__(_frame_walk(response_schema(api_key, version)))
+        super().__init__(_tail_program(api_key, version))
 
 
-def _head_walk(schema: type, name: str) -> Walk:
-    if schema.__flexible__:  # type: ignore[attr-defined]
-        yield from tagged_section()  # response header v1, after the correlation id
-    yield from through_field(schema, name)
+@cache
+def _head_program(api_key: int, version: int, name: str) -> Program:
+    schema = load_response_schema(api_key, version)
+    if not any(f.name == name and (f.array or f.entity) for f in layout(schema)[0]):
+        raise ValueError(f"{schema.__name__} has no array or struct field {name!r}")
+    program = _program(schema, name, False, True)
+    return after_header(program) if program[0] else program
 
 
 class HeadFinder(_Finder):
@@ -103,7 +122,8 @@ class HeadFinder(_Finder):
         # The walk starts at the first ``feed``, and only if the head is not the last one.
         self._key = (api_key, version, name)
         self._walked: bytearray | None = None
-        self._partial = bytearray()
+        self._kept = b""
+        self._over = 0
         self.found = False
 
     def feed(self, mv: memoryview, pos: int, end: int) -> int:
@@ -116,9 +136,7 @@ class HeadFinder(_Finder):
                 # bytes read so far: the same bytes lead it to the same end.
                 self.found = True
                 return pos + len(last)
-            api_key, version, name = key
-            self._walk = _head_walk(load_response_schema(api_key, version), name)
-            self._step = next(self._walk)
+            self._frame = begin(_head_program(*key))
             walked = self._walked = bytearray()
         reached = super().feed(mv, pos, end)
         walked += mv[pos:reached]
@@ -129,6 +147,6 @@ class HeadFinder(_Finder):
 
 # The last head found per (api key, version, field), from just after the correlation id:
 # a cluster's brokers rarely change, so most Metadata responses start with the same
-# bytes, and one comparison then replaces a walk through every broker (a chain of
-# generators, ~20 µs for three brokers). One entry per version: bounded.
+# bytes, and one comparison then replaces a walk through every broker (~3 µs for three
+# brokers). One entry per version: bounded.
 _last_heads: dict[tuple[int, int, str], bytes] = {}

@@ -1,4 +1,5 @@
-"""Walking a flexible response along its schema to where the top-level tagged section starts.
+"""Walking a Kafka body along its schema: to where its top-level tagged section starts,
+to one of its fields, or to its end.
 
 Why: Kafka puts fields that name brokers (KIP-951's NodeEndpoints in Produce v10+ and
 Fetch v16+ responses) into the *last* part of a body, the top-level tagged section, and
@@ -7,15 +8,27 @@ follows ``kio``'s generated schema (Kafka's message JSON files) and only *measur
 values are never decoded, records are skipped by their length, so it works on bytes from
 any encoder, canonical or not.
 
-The walk is a generator that states what it needs next, so the same code serves a body
-held whole (``tags_offset``) and a 100 MiB fetch streaming past in socket-sized chunks
-(``TailFinder``, in ``_finders``), without gathering it:
+A schema is compiled once into a *program* (``_program``): a tuple of steps, adjacent
+fixed-width fields merged into one skip, so a Fetch partition costs about seven steps
+whatever its record bytes. One loop (``walk``) runs programs, and it is resumable: its
+state is a frame per level of nesting (the steps left to run, how many more items of
+the array it is in, the frame it returns to), so the same loop serves a body held whole
+(``tags_offset``, ``field_offset``, ``measure``: one call) and a 100 MiB Fetch streaming
+past in socket-sized chunks (``TailFinder``, ``HeadFinder`` in ``_finders``: one call a
+chunk), which is never gathered. Each step reads a few bytes (a length, a count, a
+presence byte, a tag's number and size) and then skips; when a read would cross the end
+of the bytes at hand, the walk stops at the start of that step and resumes there, so the
+caller keeps at most those few bytes. When a skip runs past the end, the walk stops at
+the next read with its position beyond the end: the caller skips that much of what
+follows. A response header v1's tagged section (``after_header``) and "through a field"
+(``_program``'s ``through``) are steps and programs too, so the finders need no walk of
+their own.
 
-* it yields ``n > 0``: "send me the next n bytes" (it gets a bytes-like of exactly n);
-* it yields ``-n``: "skip the next n bytes" (it gets None).
+The frames are tuples linked to their parent and the steps left are an iterator, not a
+list and an index: a whole Produce v10+ or small Fetch v16+ response is walked on every
+request, and this form costs no more than plain recursion (bench/walk_bench.py).
 
-Adjacent fixed-width fields are merged into one skip, so a Fetch partition costs about
-seven steps whatever its record bytes.
+The compiled lane runs the same programs in C (``tail_program``, ``_scan.pyx``).
 """
 
 from __future__ import annotations
@@ -23,16 +36,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Generator
+from collections.abc import Iterable
 from functools import cache
+from itertools import chain
 from typing import Any
 
 from kio.index import load_response_schema
 
-from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint, skip_tagged_fields
-
-# A walk: yields steps (see the module docstring); returns when the tagged section starts.
-Walk = Generator[int, Any, None]
+from ._wire import INT16, INT32, Incomplete, Malformed
 
 _FIXED_WIDTH = {
     "int8": 1,
@@ -95,119 +106,80 @@ def layout(cls: type) -> tuple[tuple[Field, ...], frozenset[int]]:
     return tuple(fields), frozenset(tags)
 
 
-# Plan steps: (_SKIP, width) | (_BLOB, classic length width) | (_ARRAY, field) | (_STRUCT, field)
-_SKIP, _BLOB, _ARRAY, _STRUCT = range(4)
+# Step kinds; a step is (kind, argument, the element's program or None). 0-6 are also the
+# C walk's (``tail_program``); 2 is unused.
+_SKIP = 0  # skip ``argument`` bytes of fixed-width fields
+_BLOB = 1  # a string, bytes or records; argument: its classic length's width (2 or 4)
+_STRUCT = 3  # a struct; argument 1 when nullable (a presence byte first, KIP-893)
+_ARRAY_OF_ENTITIES = 4
+_ARRAY_OF_FIXED = 5  # argument: the item's width
+_ARRAY_OF_BLOBS = 6  # argument: as _BLOB's; element: a program of one _BLOB
+_TAGS = 7  # a tagged section: its count (uvarint), then as many _TAG_FIELDs
+_TAG_FIELD = 8  # one tagged field: tag (uvarint), size (uvarint), value
+
+Step = tuple[int, int, Any]
+# (flexible, with_tags, steps); with_tags: the steps end with the entity's tagged section
+# (a _TAGS step; ``tail_program`` writes it as a flag, as the C walk reads it).
+Program = tuple[bool, bool, tuple[Step, ...]]
+# Where a walk is: (the steps it runs, those it has yet to run, how many more times to
+# run them all (the items of an array left), flexible, the frame it returns to or None).
+Frame = tuple[tuple[Step, ...], Iterable[Step], int, bool, Any]
+
+_TAGS_STEP: Step = (_TAGS, 0, None)
+_TAG_FIELDS: tuple[Step, ...] = ((_TAG_FIELD, 0, None),)
 
 
 @cache
-def _plan(cls: type) -> tuple[tuple[int, Any], ...]:
-    """``layout(cls)`` as walk steps, adjacent fixed widths merged into one skip."""
-    steps: list[tuple[int, Any]] = []
-    for f in layout(cls)[0]:
-        width = _FIXED_WIDTH.get(f.kafka_type or "")
-        if f.array:
-            steps.append((_ARRAY, f))
-        elif f.entity is not None:
-            steps.append((_STRUCT, f))
-        elif width is not None:
-            if steps and steps[-1][0] == _SKIP:
-                steps[-1] = (_SKIP, steps[-1][1] + width)
-            else:
-                steps.append((_SKIP, width))
-        else:
-            steps.append((_BLOB, 2 if f.kafka_type == "string" else 4))
-    return tuple(steps)
-
-
-def _uvarint() -> Generator[int, Any, int]:
-    value = shift = 0
-    while True:
-        byte = (yield 1)[0]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value
-        shift += 7
-        if shift > 28:
-            raise Malformed("unsigned varint longer than 5 bytes")
-
-
-def _length(flexible: bool, classic_width: int) -> Generator[int, Any, int]:
-    """A length or count: compact (uvarint of n+1) or classic (int16/int32); -1 is null."""
-    if flexible:
-        return (yield from _uvarint()) - 1
-    if classic_width == 2:
-        return int(INT16.unpack((yield 2))[0])
-    return int(INT32.unpack((yield 4))[0])
-
-
-def _blob(flexible: bool, classic_width: int) -> Walk:
-    length = yield from _length(flexible, classic_width)
-    if length < -1:
-        raise Malformed(f"negative length {length}")
-    if length > 0:
-        yield -length
-
-
-def tagged_section() -> Walk:
-    """Skip a tagged-field section: count, then tag, size and value of each."""
-    count = yield from _uvarint()
-    for _ in range(count):
-        yield from _uvarint()  # tag
-        size = yield from _uvarint()
-        if size:
-            yield -size
-
-
-def _entity(cls: type) -> Walk:
-    yield from fields(cls)
-    if cls.__flexible__:  # type: ignore[attr-defined]
-        yield from tagged_section()
-
-
-def fields(cls: type, stop_before: str | None = None) -> Walk:
-    """Skip the non-tagged fields of ``cls``; stop where its tagged section starts, or
-    where the array or struct field ``stop_before`` starts."""
+def _program(
+    cls: type, stop: str | None = None, with_tags: bool = False, through: bool = False
+) -> Program:
+    """``cls``'s non-tagged fields as steps, up to the array or struct field ``stop`` if
+    given (``through``: including it); ``with_tags``: its tagged section too (an entity
+    within a body, or a whole request)."""
     flexible: bool = cls.__flexible__  # type: ignore[attr-defined]
-    for kind, arg in _plan(cls):
-        if kind in (_ARRAY, _STRUCT) and arg.name == stop_before:
-            return
-        if kind == _SKIP:
-            yield -arg
-        elif kind == _BLOB:
-            yield from _blob(flexible, arg)
+    steps: list[Step] = []
+    for f in layout(cls)[0]:
+        if f.array or f.entity is not None:
+            if f.name == stop and not through:
+                break
+            steps.append(_compound(flexible, f))
+            if f.name == stop:
+                break
+            continue
+        width = _FIXED_WIDTH.get(f.kafka_type or "")
+        if width is None:
+            steps.append((_BLOB, 2 if f.kafka_type == "string" else 4, None))
+        elif steps and steps[-1][0] == _SKIP:
+            steps[-1] = (_SKIP, steps[-1][1] + width, None)
         else:
-            yield from _compound(flexible, kind, arg)
+            steps.append((_SKIP, width, None))
+    if with_tags and flexible:
+        steps.append(_TAGS_STEP)
+    return flexible, with_tags, tuple(steps)
 
 
-def _compound(flexible: bool, kind: int, f: Field) -> Walk:
-    """Skip one array or struct field."""
-    if kind == _ARRAY:
-        count = yield from _length(flexible, 4)
-        if count < -1:
-            raise Malformed(f"negative array length {count}")
-        if count <= 0:
-            return
-        if f.entity is not None:
-            for _ in range(count):
-                yield from _entity(f.entity)
-        elif f.kafka_type in _FIXED_WIDTH:
-            yield -count * _FIXED_WIDTH[f.kafka_type]
-        else:
-            width = 2 if f.kafka_type == "string" else 4
-            for _ in range(count):
-                yield from _blob(flexible, width)
-    else:  # _STRUCT
-        if f.nullable and (yield 1)[0] == 0xFF:  # int8 -1: null struct (KIP-893)
-            return
-        yield from _entity(f.entity)  # type: ignore[arg-type]
+def _compound(flexible: bool, f: Field) -> Step:
+    """The step of the array or struct field ``f``."""
+    if not f.array:
+        return _STRUCT, int(f.nullable), _program(f.entity, None, True)  # type: ignore[arg-type]
+    if f.entity is not None:
+        return _ARRAY_OF_ENTITIES, 0, _program(f.entity, None, True)
+    if f.kafka_type in _FIXED_WIDTH:
+        return _ARRAY_OF_FIXED, _FIXED_WIDTH[f.kafka_type], None
+    width = 2 if f.kafka_type == "string" else 4
+    return _ARRAY_OF_BLOBS, width, (flexible, False, ((_BLOB, width, None),))
 
 
-def through_field(cls: type, name: str) -> Walk:
-    """Skip the non-tagged fields of ``cls`` up to and including the array or struct
-    field ``name``."""
-    yield from fields(cls, stop_before=name)
-    kind, f = next((k, a) for k, a in _plan(cls) if k in (_ARRAY, _STRUCT) and a.name == name)
-    yield from _compound(cls.__flexible__, kind, f)  # type: ignore[attr-defined]
+def after_header(program: Program) -> Program:
+    """``program`` preceded by a response header v1's tagged section."""
+    flexible, with_tags, steps = program
+    return flexible, with_tags, (_TAGS_STEP, *steps)
+
+
+def begin(program: Program) -> Frame:
+    """The frame that starts a walk of ``program``."""
+    flexible, _, steps = program
+    return steps, steps, 0, flexible, None
 
 
 @cache
@@ -218,6 +190,11 @@ def response_schema(api_key: int, version: int) -> type:
     return schema
 
 
+@cache
+def _tail_frame(api_key: int, version: int) -> Frame:
+    return begin(_program(response_schema(api_key, version)))
+
+
 def tags_offset(
     api_key: int, version: int, body: bytes | bytearray | memoryview, start: int = 0
 ) -> int:
@@ -225,61 +202,32 @@ def tags_offset(
 
     Raises ``Incomplete`` when the body ends before that.
     """
-    return _skip(_program(response_schema(api_key, version), None, False), body, start)
+    return walk(_tail_frame(api_key, version), body, start, len(body))
 
 
 def field_offset(cls: type, name: str, body: bytes | bytearray | memoryview) -> int:
     """Where the top-level array or struct field ``name`` of the ``cls`` body starts."""
     if not any(f.name == name and (f.array or f.entity) for f in layout(cls)[0]):
         raise ValueError(f"{cls.__name__} has no array or struct field {name!r}")
-    return _skip(_program(cls, name, False), body, 0)
+    return walk(begin(_program(cls, name)), body, 0, len(body))
+
+
+@cache
+def _entity_frame(cls: type) -> Frame:
+    return begin(_program(cls, None, True))
 
 
 def measure(cls: type, body: bytes | bytearray | memoryview) -> int:
     """The length of the ``cls`` entity at the start of ``body``, found by walking it.
 
     Raises ``Incomplete`` when ``body`` ends first, ``Malformed`` on an impossible
-    length. The walk allocates nothing, and each array item costs at least one byte of
-    ``body``, so it takes at most ``len(body)`` steps whatever lengths the bytes claim:
-    run before a decoder that sizes its buffers from them (kio's native reader aborts
-    the process when a claimed array length does not fit in memory).
+    length. The walk holds a frame per level of nesting, nothing that grows with what
+    the bytes claim, and each array item costs at least one byte of ``body``, so it
+    takes at most ``len(body)`` steps whatever lengths the bytes claim: run before a
+    decoder that sizes its buffers from them (kio's native reader aborts the process when
+    a claimed array length does not fit in memory).
     """
-    return _skip(_program(cls, None, True), body, 0)
-
-
-# -- the same walk over a body held whole ------------------------------------------------
-#
-# A body held whole needs no generator to pause in: the steps above run as plain loops
-# over offsets. Same steps, same checks, same exceptions (test_walk.py holds
-# the two to each other); five to eight times less CPU, which was most of what a gathered
-# Produce v10+ or small Fetch v16+ response cost the gateway.
-
-# Program steps: (kind, argument, the element's program or None).
-_ARRAY_OF_ENTITIES, _ARRAY_OF_FIXED, _ARRAY_OF_BLOBS = 4, 5, 6
-Program = tuple[bool, bool, tuple[tuple[int, int, Any], ...]]  # see _program
-
-
-@cache
-def _program(cls: type, stop_before: str | None, with_tags: bool) -> Program:
-    """(flexible, with_tags, steps) of ``cls``'s fields, up to the field ``stop_before``
-    if given; ``with_tags``: its tagged section too (an entity, as ``_entity``)."""
-    flexible: bool = cls.__flexible__  # type: ignore[attr-defined]
-    steps: list[tuple[int, int, Any]] = []
-    for kind, arg in _plan(cls):
-        if kind in (_SKIP, _BLOB):
-            steps.append((kind, arg, None))
-            continue
-        if arg.name == stop_before:
-            break
-        if kind == _STRUCT:
-            steps.append((_STRUCT, int(arg.nullable), _program(arg.entity, None, True)))
-        elif arg.entity is not None:
-            steps.append((_ARRAY_OF_ENTITIES, 0, _program(arg.entity, None, True)))
-        elif arg.kafka_type in _FIXED_WIDTH:
-            steps.append((_ARRAY_OF_FIXED, _FIXED_WIDTH[arg.kafka_type], None))
-        else:
-            steps.append((_ARRAY_OF_BLOBS, 2 if arg.kafka_type == "string" else 4, None))
-    return flexible, with_tags, tuple(steps)
+    return walk(_entity_frame(cls), body, 0, len(body))
 
 
 @cache
@@ -292,92 +240,150 @@ def tail_program(api_key: int, version: int) -> tuple[int, ...]:
     or an array of entities, the element's program right after. Kinds and arguments are
     ``_program``'s.
     """
-    return _flat(_program(response_schema(api_key, version), None, False))
+    return _flat(_program(response_schema(api_key, version)))
 
 
 def _flat(program: Program) -> tuple[int, ...]:
     flexible, with_tags, steps = program
     out: list[int] = []
     for kind, arg, element in steps:
+        if kind == _TAGS:  # the entity's own section: flags bit 1
+            continue
         out += (kind, arg)
-        if element is not None:
+        if kind in (_STRUCT, _ARRAY_OF_ENTITIES):
             out += _flat(element)
     return (int(flexible) | int(with_tags) << 1, len(out), *out)
 
 
-def _skip(program: Program, body: bytes | bytearray | memoryview, pos: int) -> int:
-    """Walk ``program`` over ``body`` from ``pos``; return where it ends.
-
-    Skips are checked against the end by the next read or on return (each array item
-    returns through here): a claimed count costs at most ``len(body)`` items either way.
-    """
-    end = len(body)
-    flexible, with_tags, steps = program
-    for kind, arg, element in steps:
-        if kind == _SKIP:
-            pos += arg  # checked by the next read, or at the end
-            continue
-        if kind == _BLOB:
-            if flexible and pos < end and body[pos] < 0x80:  # a one-byte varint, inline:
-                pos += max(body[pos], 1)  # length + 1, then the bytes (0: null, 1: empty)
-            else:
-                pos = _skip_blob(body, pos, end, flexible, arg)
-            continue
-        if kind == _STRUCT:
-            if arg:  # nullable: a presence byte, int8 -1 for null (KIP-893)
-                if pos >= end:
-                    raise Incomplete
-                pos += 1
-                if body[pos - 1] == 0xFF:
-                    continue
-            pos = _skip(element, body, pos)
-            continue
-        if flexible and pos < end and body[pos] < 0x80:
-            count = body[pos] - 1
-            pos += 1
-        else:
-            count, pos = _read_length(body, pos, end, flexible, 4)
-        if count < -1:
-            raise Malformed(f"negative array length {count}")
-        if count <= 0:
-            continue
-        if kind == _ARRAY_OF_FIXED:
-            pos += count * arg
-            continue
-        if kind == _ARRAY_OF_ENTITIES:
-            for _ in range(count):
-                pos = _skip(element, body, pos)
-            continue
-        for _ in range(count):  # _ARRAY_OF_BLOBS
-            pos = _skip_blob(body, pos, end, flexible, arg)
-    if with_tags and flexible:
-        if pos < end and body[pos] == 0:  # no tagged fields, the common case
-            return pos + 1
-        pos = skip_tagged_fields(body, pos)
-    if pos > end:
-        raise Incomplete
-    return pos
-
-
-def _skip_blob(
-    body: bytes | bytearray | memoryview, pos: int, end: int, flexible: bool, classic_width: int
+def walk(
+    frame: Frame,
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    stopped: list[Frame] | None = None,
 ) -> int:
-    """The position after the string, bytes or records at ``pos`` (see ``_blob``)."""
-    length, pos = _read_length(body, pos, end, flexible, classic_width)
-    if length < -1:
-        raise Malformed(f"negative length {length}")
-    return pos + length if length > 0 else pos
+    """Run the walk from ``frame`` over ``buf`` from ``pos`` as far as ``buf[:end]``
+    allows; return where it ended.
+
+    Where the bytes run out first it stops; with ``stopped`` None it raises
+    ``Incomplete``, else it appends to ``stopped`` the frame to resume from (pass it with
+    the bytes from that position on) and returns where it stopped:
+
+    * at the start of a step whose read would cross ``end`` (at most 10 bytes before it);
+    * beyond ``end``, after a skip that ran past it, at the next read or at the end of an
+      array item: the walk goes on that far into the bytes that follow. Checking at each
+      item's end makes a claimed count cost at most one item per byte.
+
+    Raises ``Malformed`` on an impossible length.
+    """
+    steps, it, left, flexible, parent = frame
+    it = iter(it)
+    step = None
+    try:
+        while True:
+            for step in it:
+                kind, arg, element = step
+                if kind == _SKIP:
+                    pos += arg  # checked by the next read, or at the item's end
+                elif kind == _BLOB:
+                    if flexible and pos < end and buf[pos] < 0x80:  # a one-byte varint:
+                        pos += buf[pos] or 1  # length + 1, then the bytes (0: null, 1: empty)
+                    else:
+                        length, at = _read_length(buf, pos, end, flexible, arg)
+                        if length < -1:
+                            raise Malformed(f"negative length {length}")
+                        pos = at + length if length > 0 else at
+                elif kind == _TAGS:
+                    if pos < end and buf[pos] == 0:  # no tagged fields, the common case
+                        pos += 1
+                    else:
+                        count, pos = _uvarint(buf, pos, end)
+                        if count:
+                            parent = (steps, it, left, flexible, parent)
+                            steps = _TAG_FIELDS
+                            left = count - 1
+                            it = iter(steps)
+                            break
+                elif kind < _TAGS:  # a struct or an array
+                    if kind == _STRUCT:
+                        if arg:  # nullable: a presence byte, int8 -1 for null (KIP-893)
+                            if pos >= end:
+                                raise Incomplete
+                            pos += 1
+                            if buf[pos - 1] == 0xFF:
+                                continue
+                        parent = (steps, it, left, flexible, parent)
+                        flexible, _, steps = element
+                        left = 0
+                        it = iter(steps)
+                        break
+                    if flexible and pos < end and buf[pos] < 0x80:
+                        count = buf[pos] - 1
+                        at = pos + 1
+                    else:
+                        count, at = _read_length(buf, pos, end, flexible, 4)
+                    if count < -1:
+                        raise Malformed(f"negative array length {count}")
+                    pos = at
+                    if count > 0:
+                        if kind == _ARRAY_OF_FIXED:
+                            pos += count * arg
+                        else:
+                            parent = (steps, it, left, flexible, parent)
+                            flexible, _, steps = element
+                            left = count - 1
+                            it = iter(steps)
+                            break
+                else:  # _TAG_FIELD
+                    _, at = _uvarint(buf, pos, end)
+                    size, at = _uvarint(buf, at, end)
+                    pos = at + size
+            else:  # the steps ran out: an entity ended, or an item of an array
+                if pos > end:
+                    step = None
+                    raise Incomplete
+                if left:
+                    left -= 1
+                    it = iter(steps)
+                elif parent is not None:
+                    steps, it, left, flexible, parent = parent
+                else:
+                    return pos
+    except Incomplete:  # a read crossed ``end``: ``pos`` is where its ``step`` starts
+        if stopped is None:
+            raise
+        if step is not None:
+            it = chain((step,), it)
+    stopped.append((steps, it, left, flexible, parent))
+    return pos
 
 
 def _read_length(
     body: bytes | bytearray | memoryview, pos: int, end: int, flexible: bool, classic_width: int
 ) -> tuple[int, int]:
-    """A length or count at ``pos`` (see ``_length``) and the position after it."""
+    """A length or count at ``pos`` and the position after it: compact (uvarint of n+1)
+    or classic (int16/int32); -1 is null."""
     if flexible:
-        value, pos = read_uvarint(body, pos)
+        value, pos = _uvarint(body, pos, end)
         return value - 1, pos
     if pos + classic_width > end:
         raise Incomplete
     if classic_width == 2:
         return INT16.unpack_from(body, pos)[0], pos + 2
     return INT32.unpack_from(body, pos)[0], pos + 4
+
+
+def _uvarint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos`` within ``buf[:end]`` and the position after it."""
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise Incomplete
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise Malformed("unsigned varint longer than 5 bytes")
