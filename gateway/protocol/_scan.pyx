@@ -70,7 +70,7 @@ cdef Py_ssize_t _walk(
     const int32_t* program, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
 ) noexcept nogil:
     """Where ``program`` (``tail_program``) ends over ``buf`` from ``pos``; -1 when the
-    bytes do not walk within ``buf[:end]``. The steps of ``_walk._skip``, but a count
+    bytes do not walk within ``buf[:end]``. The steps of ``_walk.walk``, but a count
     that cannot fit in what is left (each item takes a byte at least) is refused at
     once, so a claimed count costs nothing."""
     cdef bint flexible = program[0] & 1
