@@ -94,7 +94,8 @@ def test_a_pinned_old_client_is_broken_now_and_a_kip848_consumer_wants_group_ver
     _, wanting = cl.classify_refusals(
         refusals[1:2], CATALOGUE, {}, features(**{"group.version": 0}), usage, index, STATE
     )
-    assert wanting[0]["command"] is None and "upgrade the gateways that lack it" in wanting[0]["remedy"]
+    assert wanting[0]["command"] is None
+    assert "upgrade the gateways that lack it" in wanting[0]["remedy"]
 
 
 def test_refusals_come_from_the_client_records_when_the_counter_has_only_a_reason() -> None:
