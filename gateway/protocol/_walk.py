@@ -43,7 +43,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from ._wire import INT16, INT32, Incomplete, Malformed
+from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint
 
 _FIXED_WIDTH = {
     "int8": 1,
@@ -297,7 +297,7 @@ def walk(
                     if pos < end and buf[pos] == 0:  # no tagged fields, the common case
                         pos += 1
                     else:
-                        count, pos = _uvarint(buf, pos, end)
+                        count, pos = read_uvarint(buf, pos, end)
                         if count:
                             parent = (steps, it, left, flexible, parent)
                             steps = _TAG_FIELDS
@@ -335,8 +335,8 @@ def walk(
                             it = iter(steps)
                             break
                 else:  # _TAG_FIELD
-                    _, at = _uvarint(buf, pos, end)
-                    size, at = _uvarint(buf, at, end)
+                    _, at = read_uvarint(buf, pos, end)
+                    size, at = read_uvarint(buf, at, end)
                     pos = at + size
             else:  # the steps ran out: an entity ended, or an item of an array
                 if pos > end:
@@ -364,26 +364,10 @@ def _read_length(
     """A length or count at ``pos`` and the position after it: compact (uvarint of n+1)
     or classic (int16/int32); -1 is null."""
     if flexible:
-        value, pos = _uvarint(body, pos, end)
+        value, pos = read_uvarint(body, pos, end)
         return value - 1, pos
     if pos + classic_width > end:
         raise Incomplete
     if classic_width == 2:
         return INT16.unpack_from(body, pos)[0], pos + 2
     return INT32.unpack_from(body, pos)[0], pos + 4
-
-
-def _uvarint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
-    """An unsigned varint at ``pos`` within ``buf[:end]`` and the position after it."""
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise Incomplete
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise Malformed("unsigned varint longer than 5 bytes")

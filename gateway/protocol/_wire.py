@@ -21,11 +21,13 @@ class Incomplete(Exception):
     """More bytes are needed before this field can be read."""
 
 
-def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Read an unsigned varint at ``pos``; return (value, next position)."""
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int, end: int = -1) -> tuple[int, int]:
+    """Read an unsigned varint at ``pos`` (within ``buf[:end]`` when ``end`` is given);
+    return (value, next position)."""
     value = 0
     shift = 0
-    end = len(buf)
+    if end < 0:
+        end = len(buf)
     while True:
         if pos >= end:
             raise Incomplete
