@@ -69,6 +69,7 @@ from .protocol._apis import (
     known_api_keys,
 )
 from .protocol._headers import RequestHeader, frame, parse_request_header, response_body_offset
+from .protocol._walk import skip_tagged_fields
 from .protocol._wire import (
     INT16,
     INT32,
@@ -76,7 +77,6 @@ from .protocol._wire import (
     Malformed,
     read_tagged_fields,
     read_uvarint,
-    skip_tagged_fields,
     write_tagged_fields,
     write_uvarint,
 )

@@ -19,12 +19,11 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from ..protocol._walk import layout, tags_offset
+from ..protocol._walk import layout, skip_tagged_fields, tags_offset
 from ..protocol._wire import (
     Incomplete,
     Malformed,
     read_tagged_fields,
-    skip_tagged_fields,
     write_tagged_fields,
 )
 from ._codec import decode_response

@@ -45,11 +45,11 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from ..protocol import API_VERSIONS, RequestHeader, api_spec, response_header
+from ..protocol._walk import skip_tagged_fields
 from ..protocol._wire import (
     Incomplete,
     Malformed,
     read_compact_string,
-    skip_tagged_fields,
     write_uvarint,
 )
 from ..versions import UNKNOWN_SOFTWARE, BrokerSoftware, VersionRange

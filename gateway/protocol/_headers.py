@@ -6,6 +6,7 @@ import struct
 from dataclasses import dataclass
 
 from ._apis import CONTROLLED_SHUTDOWN, api_spec
+from ._walk import skip_tagged_fields
 from ._wire import (
     INT16,
     INT32,
@@ -14,7 +15,6 @@ from ._wire import (
     read_classic_string,
     skip_classic_string,
     skip_compact_string,
-    skip_tagged_fields,
 )
 
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")

@@ -62,12 +62,12 @@ import struct
 from typing import TYPE_CHECKING
 
 from ._apis import api_spec
+from ._walk import skip_tagged_fields
 from ._wire import (
     Incomplete,
     Malformed,
     read_classic_string,
     skip_classic_string,
-    skip_tagged_fields,
 )
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import Any
 from ._apis import SASL_HANDSHAKE
 from ._rules import FrameError, take_requests, take_responses
 from ._stats import LATENCY_BUCKETS, ApiStats
-from ._walk import tags_offset
-from ._wire import Incomplete, Malformed, skip_tagged_fields
+from ._walk import skip_tagged_fields, tags_offset
+from ._wire import Incomplete, Malformed
 
 COMPILED = False
 

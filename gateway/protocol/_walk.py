@@ -182,6 +182,17 @@ def begin(program: Program) -> Frame:
     return steps, steps, 0, flexible, None
 
 
+_TAGGED_SECTION: Frame = begin((True, False, (_TAGS_STEP,)))
+
+
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """Skip the tagged-field section at ``pos`` (count, then tag, size and value each);
+    return where it ends. Raises ``Incomplete`` when ``buf`` ends first."""
+    if pos < len(buf) and buf[pos] == 0:  # no tagged fields: most headers and entities
+        return pos + 1
+    return walk(_TAGGED_SECTION, buf, pos, len(buf))
+
+
 @cache
 def response_schema(api_key: int, version: int) -> type:
     schema: type = load_response_schema(api_key, version)

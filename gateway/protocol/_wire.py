@@ -60,18 +60,6 @@ def write_uvarint(value: int, width: int = 1) -> bytes:
     return bytes(out)
 
 
-def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    """Skip a tagged-field section (count, then tag/size/bytes each); return the end."""
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise Incomplete
-    return pos
-
-
 def read_tagged_fields(
     buf: bytes | bytearray | memoryview, pos: int
 ) -> tuple[dict[int, bytes], int]:

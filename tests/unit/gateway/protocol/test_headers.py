@@ -30,7 +30,8 @@ from gateway.protocol import (
     response_header,
     write_tagged_fields,
 )
-from gateway.protocol._wire import read_uvarint, skip_tagged_fields, write_uvarint
+from gateway.protocol._walk import skip_tagged_fields
+from gateway.protocol._wire import read_uvarint, write_uvarint
 from tests.unit._kafka import classic_string, encode, produce, tagged_section, uvarint
 
 
