@@ -4,10 +4,12 @@ Draining (SIGTERM, a level drop, a broker's changed answer) stops reading a clie
 requests and closes once what was forwarded is answered. A socket closed with bytes
 unread is reset (RFC 1122 4.2.2.13): the client read ``connection reset by peer`` after
 the last answer, and over a real network the reset also throws away what of that answer
-the kernel had not sent yet. Here a raw client has a 40 MB Fetch in flight when the
-gateway (a real process, in front of the session's broker) is sent SIGTERM, then sends
-fifty Metadata requests the gateway never reads, and only then starts reading: it must
-get the whole Fetch answer, nothing for the unread requests, then end-of-stream.
+the kernel had not sent yet. Here a raw client has a Fetch in flight when the gateway
+(a real process, in front of the session's broker) is sent SIGTERM, then sends fifty
+Metadata requests the gateway never reads, and only then starts reading: it must get
+the whole Fetch answer (40 MB from Apache Kafka, which answers with what it has after
+max_wait; Tansu answers without records), nothing for the unread requests, then
+end-of-stream.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ def test_a_drained_connection_answers_what_it_forwarded_then_closes_without_a_re
             conn.send(METADATA, 12, everything)
         time.sleep(3.0)  # answered and closed by now, the client not reading
 
+        # Read whole or not at all: an answer cut short ends in ConnectionClosed here.
         answer = conn.recv(flexible_header=True, timeout=10)
         assert answer.correlation_id == fetch_id
-        assert len(answer.frame) > RECORDS * RECORD_BYTES
         conn._sock.settimeout(10)
         assert conn._sock.recv(1) == b"", "end-of-stream, not a reset or another answer"
         stopping.join(30)
