@@ -145,8 +145,9 @@ class UpstreamRecheck:
         def answered(ranges: dict[int, VersionRange], features: FeatureReport) -> None:
             if conn.closed or conn.draining:
                 return
-            if (ranges, features.shape()) == was:
-                conn.upstream_features = features  # a newer epoch: told to its client
+            if (ranges, features.shape()) == was:  # at most a newer epoch: its client
+                conn.upstream_features = features  # is told that one from now on
+                conn.feature_report = self._gateway.feature_report(features)
                 return
             lost = adopt(self._gateway, conn, ranges, features)
             if lost:
