@@ -228,24 +228,29 @@ def _produce_body(version: int) -> bytes:
     return _encode(_build(cls, **_NO_THROTTLE, responses=(topic,)))
 
 
-def _fetch_body(version: int) -> bytes:
+def _fetch_body(version: int, partitions: int = 1, records: bytes | None = None) -> bytes:
+    """A Fetch answer: ``partitions`` partitions of ``records`` each (FETCH_RECORD_BYTES
+    zero bytes by default)."""
     cls = _schema("fetch", version, "response")
     topic_cls = _nested(cls, "responses")
     partition_cls = _nested(topic_cls, "partitions")
-    partition = _build(
-        partition_cls,
-        partition_index=0,
-        error_code=ErrorCode.none,
-        high_watermark=100,
-        last_stable_offset=100,
-        log_start_offset=0,
-        aborted_transactions=None,
-        preferred_read_replica=-1,
-        records=bytes(FETCH_RECORD_BYTES),
+    each = tuple(
+        _build(
+            partition_cls,
+            partition_index=i,
+            error_code=ErrorCode.none,
+            high_watermark=100,
+            last_stable_offset=100,
+            log_start_offset=0,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=bytes(FETCH_RECORD_BYTES) if records is None else records,
+        )
+        for i in range(partitions)
     )
     # Fetch v13 names topics by id (KIP-516), older versions by name: _build keeps the one
     # this version has.
-    topic = _build(topic_cls, topic=TOPIC, topic_id=_TOPIC_ID, partitions=(partition,))
+    topic = _build(topic_cls, topic=TOPIC, topic_id=_TOPIC_ID, partitions=each)
     return _encode(
         _build(cls, **_NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=(topic,))
     )

@@ -85,34 +85,7 @@ def build_bodies(fetch_mib: int, partitions: int) -> dict[str, bytes]:
         return _encode(_build(cls, throttle_time=datetime.timedelta(0), responses=(topic,)))
 
     def fetch_response(parts: int, record_bytes: int) -> bytes:
-        cls = _schema("fetch", 16, "response")
-        topic_cls = _nested(cls, "responses")
-        partition_cls = _nested(topic_cls, "partitions")
-        records = bytes(range(256)) * (record_bytes // 256)
-        partition_list = tuple(
-            _build(
-                partition_cls,
-                partition_index=i,
-                error_code=ErrorCode.none,
-                high_watermark=100,
-                last_stable_offset=100,
-                log_start_offset=0,
-                aborted_transactions=None,
-                preferred_read_replica=-1,
-                records=records,
-            )
-            for i in range(parts)
-        )
-        topic = _build(topic_cls, topic_id=responder._TOPIC_ID, partitions=partition_list)
-        return _encode(
-            _build(
-                cls,
-                throttle_time=datetime.timedelta(0),
-                error_code=ErrorCode.none,
-                session_id=0,
-                responses=(topic,),
-            )
-        )
+        return responder._fetch_body(16, parts, bytes(range(256)) * (record_bytes // 256))
 
     def produce_request() -> bytes:
         cls = _schema("produce", 9, "request")
