@@ -21,13 +21,12 @@ import socket
 import ssl
 from typing import Any, Self
 
-from kio.index import load_request_schema
-
 from . import __version__
 from .features.report import FeatureReport
 from .interceptors._codec import decode_response, encode_request
 from .interceptors._tagged import strip_unknown_tags
 from .protocol import API_VERSIONS, METADATA, api_spec, frame, response_body_offset
+from .protocol._apis import request_schema
 from .protocol._wire import INT16, INT32, write_uvarint
 from .versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 
@@ -94,7 +93,7 @@ def response_body(api_key: int, api_version: int, payload: bytes | memoryview) -
 
 def api_versions_request(version: int, software_name: str, software_version: str) -> Any:
     """An ApiVersions request entity; from v3 on it names the client software (KIP-511)."""
-    schema: Any = load_request_schema(API_VERSIONS, version)
+    schema: Any = request_schema(API_VERSIONS, version)
     if version < 3:
         return schema()
     return schema(client_software_name=software_name, client_software_version=software_version)
@@ -102,7 +101,7 @@ def api_versions_request(version: int, software_name: str, software_version: str
 
 def metadata_request(version: int) -> Any:
     """A Metadata request (v1+) for no topics: brokers, cluster id and controller only."""
-    schema: Any = load_request_schema(METADATA, version)
+    schema: Any = request_schema(METADATA, version)
     fields = set(schema.__dataclass_fields__)
     wanted = {
         "topics": (),

@@ -1,10 +1,11 @@
 """API version negotiation and broker release fingerprinting (pure functions, no I/O).
 
 The gateway answers ApiVersions itself, so what it advertises must be what *both* sides
-of it can handle: its own codec (every key and version ``kio`` has a schema for), the
-upstream broker (learned from the upstream's ApiVersions answer) and the cluster's
-finalized feature levels (a feature can withhold versions, e.g. Produce v12+ needs
-transaction.version 2). ``negotiate`` computes that intersection.
+of it can handle: the upstream broker (learned from the upstream's ApiVersions answer),
+the gateway's codec for the APIs it rewrites or answers (every other API passes through
+at every version the broker offers) and the cluster's finalized feature levels (a
+feature can withhold versions, e.g. Produce v12+ needs transaction.version 2).
+``negotiate`` computes that intersection.
 
 ``fingerprint`` guesses which Apache Kafka release an upstream is from the max versions
 it advertises, in the spirit of franz-go's ``pkg/kversion``. The per-release tables live
@@ -46,6 +47,9 @@ from .protocol import API_VERSIONS, api_range, known_api_keys
 
 VersionRange = tuple[int, int]
 """Inclusive (min_version, max_version) of one API key."""
+
+PASS_THROUGH: VersionRange = (0, 0x7FFF)
+"""What the gateway carries of an API it does not decode: any version (an int16)."""
 
 # Keys left out of fingerprinting, as in franz-go: 4 LeaderAndIsr, 5 StopReplica,
 # 6 UpdateMetadata, 7 ControlledShutdown, 27 WriteTxnMarkers, 56 AlterPartition,
@@ -92,7 +96,8 @@ def _gateway_supported() -> tuple[tuple[int, VersionRange], ...]:
 
 
 def gateway_supported() -> dict[int, VersionRange]:
-    """Every key and version the gateway can decode and encode (kio's schemas).
+    """Every key and version some Apache Kafka release accepted (Kafka's specs, the
+    union over releases): what a broker of any release may offer.
 
     A fresh dict each call, so callers may modify it.
     """
@@ -100,25 +105,27 @@ def gateway_supported() -> dict[int, VersionRange]:
 
 
 def negotiate(
-    own: Mapping[int, VersionRange],
+    limits: Mapping[int, VersionRange],
     upstream: Mapping[int, VersionRange],
     caps: Mapping[int, int] | None = None,
 ) -> dict[int, VersionRange]:
-    """Per key the intersection ``own ∩ upstream ∩ caps``.
+    """Per key the upstream offers: its range ∩ the gateway's ``limits`` ∩ ``caps``.
 
-    ``caps`` maps a key to the highest version the finalized feature levels allow;
-    keys without a cap are not limited. A key missing on either side, or whose
-    intersection is empty (including a cap below its minimum), is left out: a client
-    must never be told it may send something one side cannot take.
+    ``limits`` holds the keys the gateway decodes (it rewrites or answers them), each
+    with the versions its codec handles; every other key passes through as the
+    upstream offers it, whatever its version, since forwarding needs only the request
+    header. ``caps`` maps a key to the highest version the finalized feature levels
+    allow; keys without a cap are not limited. A key whose intersection is empty
+    (including a cap below its minimum) is left out: a client must never be told it
+    may send something one side cannot take.
     """
     caps = caps or {}
     out: dict[int, VersionRange] = {}
-    for key, (own_min, own_max) in own.items():
-        theirs = upstream.get(key)
-        if theirs is None:
-            continue
-        low = max(own_min, theirs[0])
-        high = min(own_max, theirs[1])
+    for key, (low, high) in upstream.items():
+        limit = limits.get(key)
+        if limit is not None:
+            low = max(low, limit[0])
+            high = min(high, limit[1])
         cap = caps.get(key)
         if cap is not None:
             high = min(high, cap)

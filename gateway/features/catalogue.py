@@ -25,9 +25,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from kio.schema.index import api_key_map
-
-from ..protocol._apis import api_name, display_name
+from ..protocol._apis import api_key_of, api_name
 
 VersionRange = tuple[int, int]
 
@@ -133,16 +131,10 @@ def _parse_gate(where: str, text: object) -> Gate:
     if match is None:
         raise CatalogueError(f"{where}: gate {text!r} is not 'ApiName' or 'ApiName>=VERSION'")
     api, version = match.group(1), int(match.group(2) or 0)
-    key = int(api) if api.isdigit() else _keys_by_name().get(api)
+    key = int(api) if api.isdigit() else api_key_of(api)
     if key is None:
         raise CatalogueError(f"{where}: unknown API {api!r}")
     return Gate(key, version)
-
-
-@cache
-def _keys_by_name() -> dict[str, int]:
-    # Names straight from kio's index: api_spec() would import every schema (~1 s).
-    return {display_name(name): key for key, name in api_key_map.items()}
 
 
 def gate_available(gate: Gate, available: Mapping[int, VersionRange]) -> bool:

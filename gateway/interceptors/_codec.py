@@ -8,11 +8,11 @@ import typing
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import compact_array_reader, legacy_array_reader
 from kio.serial.writers import compact_array_writer, legacy_array_writer
 
+from ..protocol._apis import request_schema, response_schema
 from ..protocol._walk import measure, unwrap_optional
 from ..protocol._wire import Incomplete, Malformed
 
@@ -31,13 +31,13 @@ __all__ = [
 
 @cache
 def _response_codec(api_key: int, version: int) -> tuple[Any, Any]:
-    schema = load_response_schema(api_key, version)
+    schema = response_schema(api_key, version)
     return entity_reader(schema), entity_writer(schema)
 
 
 @cache
 def _request_codec(api_key: int, version: int) -> tuple[Any, Any]:
-    schema = load_request_schema(api_key, version)
+    schema = request_schema(api_key, version)
     return entity_reader(schema), entity_writer(schema)
 
 
@@ -73,7 +73,7 @@ def decode_request(api_key: int, version: int, body: bytes | memoryview) -> Any:
     bench/fuzz_gateway.py). Raises ValueError when the walk fails.
     """
     try:
-        measure(load_request_schema(api_key, version), body)
+        measure(request_schema(api_key, version), body)
     except (Incomplete, Malformed) as exc:
         raise ValueError(f"request {api_key} v{version} does not fit its schema: {exc!r}") from None
     reader, _ = _request_codec(api_key, version)
@@ -103,7 +103,7 @@ def _array_codec(schema: type, field: dataclasses.Field[Any]) -> tuple[Any, Any]
 @cache
 def _tag_codec(api_key: int, version: int, tag: int) -> tuple[Any, Any]:
     """kio reader and writer of the value of a top-level tagged field of a response."""
-    schema = load_response_schema(api_key, version)
+    schema = response_schema(api_key, version)
     for f in dataclasses.fields(schema):
         if f.metadata.get("tag") == tag:
             return _array_codec(schema, f)
@@ -114,7 +114,7 @@ def _tag_codec(api_key: int, version: int, tag: int) -> tuple[Any, Any]:
 def response_array_codec(api_key: int, version: int, name: str) -> tuple[Any, Any]:
     """kio (reader, writer) of the top-level array-of-structs field ``name`` of a
     response. The reader returns (items, bytes read); the writer takes (buffer, items)."""
-    schema = load_response_schema(api_key, version)
+    schema = response_schema(api_key, version)
     for f in dataclasses.fields(schema):
         if f.name == name and "tag" not in f.metadata:
             return _array_codec(schema, f)

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kio.index import load_response_schema
-
+from ..protocol._apis import response_schema
 from ..protocol._walk import layout, skip_tagged_fields, tags_offset
 from ..protocol._wire import (
     Incomplete,
@@ -79,7 +78,7 @@ def split_unknown_tags(
     that re-encodes can splice them back so nothing the broker sent is lost.
     Non-flexible versions have no tags and come back unchanged.
     """
-    schema: type = load_response_schema(api_key, version)
+    schema: type = response_schema(api_key, version)
     if not schema.__flexible__:  # type: ignore[attr-defined]
         return bytes(body), {}
     offset = top_level_tags_offset(api_key, version, body)

@@ -40,11 +40,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from ..protocol import API_VERSIONS, RequestHeader, api_spec, response_header
+from ..protocol._apis import response_schema
 from ..protocol._walk import skip_tagged_fields
 from ..protocol._wire import (
     Incomplete,
@@ -53,7 +53,7 @@ from ..protocol._wire import (
     write_uvarint,
 )
 from ..versions import UNKNOWN_SOFTWARE, BrokerSoftware, VersionRange
-from ._codec import decode_request, encode_response
+from ._codec import encode_response
 from ._tagged import read_top_level_tags, splice_tagged_fields
 
 # Kafka's ApiVersionsRequest.isValid() pattern, as shipped (KIP-511).
@@ -157,6 +157,18 @@ def _body_starts(data: bytes, header_version: int) -> list[int]:
     return starts
 
 
+def read_client_software(body: bytes | memoryview) -> tuple[str | None, str | None]:
+    """ClientSoftwareName and ClientSoftwareVersion of a v3+ request: its first two
+    fields in every version (v5 adds ClusterId and NodeId after them, which the answer
+    does not need); (None, None) when they cannot be read."""
+    try:
+        name, pos = read_compact_string(body, 0)
+        version, _ = read_compact_string(body, pos)
+    except (Incomplete, Malformed):
+        return None, None
+    return name, version
+
+
 def client_software_valid(name: str, version: str) -> bool:
     """KIP-511 validation exactly as Kafka ships it."""
     return bool(SOFTWARE_PATTERN.fullmatch(name) and SOFTWARE_PATTERN.fullmatch(version))
@@ -199,12 +211,7 @@ def answer_api_versions(
 
     client_software: tuple[str, str] | None = None
     if version >= FIRST_TAGGED_VERSION:
-        try:
-            request = decode_request(API_VERSIONS, version, body)
-            name = request.client_software_name
-            software_version = request.client_software_version
-        except Exception:  # kio raises assorted errors on malformed bodies
-            name = software_version = None
+        name, software_version = read_client_software(body)
         if (
             not isinstance(name, str)
             or not isinstance(software_version, str)
@@ -244,7 +251,7 @@ def _features(
     finalized: Mapping[str, int | VersionRange],
     epoch: int,
 ) -> dict[str, Any]:
-    schema = load_response_schema(API_VERSIONS, version)
+    schema = response_schema(API_VERSIONS, version)
     module = importlib.import_module(schema.__module__)
     supported_cls = module.SupportedFeatureKey
     finalized_cls = module.FinalizedFeatureKey
@@ -278,7 +285,7 @@ def _answer(
     broker_software: BrokerSoftware | tuple[str, str] | None = None,
     software_tags: SoftwareTags = DEFAULT_SOFTWARE_TAGS,
 ) -> ApiVersionsAnswer:
-    schema = load_response_schema(API_VERSIONS, version)
+    schema = response_schema(API_VERSIONS, version)
     module = importlib.import_module(schema.__module__)
     api_keys = tuple(
         module.ApiVersion(api_key=i16(key), min_version=i16(low), max_version=i16(high))

@@ -29,8 +29,6 @@ import functools
 from collections.abc import Callable, Mapping
 from functools import cache
 
-from kio.index import load_request_schema, load_response_schema
-
 from ..features.report import FeatureReport
 from ..kafka_client import UPSTREAM_API_VERSIONS
 from ..observability.logging import RateLimitedLogger, get_logger
@@ -49,7 +47,7 @@ from ..protocol import (
     response_body_offset,
     tail_program,
 )
-from ..protocol._apis import api_name
+from ..protocol._apis import api_name, codec_version, request_schema, response_schema
 from ..versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 from . import addresses, registry
 from . import upstream as internal
@@ -62,6 +60,36 @@ log = get_logger("gateway.proxy")
 limited = RateLimitedLogger("gateway.proxy")
 
 
+@cache
+def codec_limits() -> dict[int, VersionRange]:
+    """The versions of each API the gateway decodes that its codec (kio) handles:
+    ``negotiate``'s limits. Every other API passes through at every version.
+
+    A rewritten API is limited from its first rewritten version on (Produce below v10
+    passes, untouched); an answered one from its first. Only the response codec counts
+    for an API whose requests are not decoded: one only rewritten, and ApiVersions,
+    which answers every version and reads its request itself.
+    """
+    limits: dict[int, VersionRange] = {}
+    for api_key, first in registry.DECODED.items():
+        versions = api_range(api_key)
+        if versions is None:
+            continue
+        declared = registry.REQUESTS.get(api_key)
+        reads_requests = declared is not None and not declared.any_version
+        low, high = versions
+        top = max(first, low) - 1
+        for version in range(max(first, low), high + 1):
+            if codec_version(api_key, version, "response") is None or (
+                reads_requests and codec_version(api_key, version, "request") is None
+            ):
+                break
+            top = version
+        if top >= low:
+            limits[api_key] = (low, top)
+    return limits
+
+
 @cache  # once per process (see below)
 def warm_up() -> None:
     """Import now the schemas of every API an interceptor decodes, all versions both ways.
@@ -72,13 +100,12 @@ def warm_up() -> None:
     Once is enough: a worker forked after it must not walk the schemas again, which
     would write to (and so copy) ~1 MB of pages it shares with the other workers.
     """
-    for api_key, first in registry.DECODED.items():
-        versions = api_range(api_key)
-        if versions is None:
-            continue
-        for version in range(max(first, versions[0]), versions[1] + 1):
-            load_request_schema(api_key, version)
-            load_response_schema(api_key, version)
+    for api_key, (low, high) in codec_limits().items():
+        for version in range(max(registry.DECODED[api_key], low), high + 1):
+            request = codec_version(api_key, version, "request")
+            if request is not None:
+                request_schema(api_key, request)
+            response_schema(api_key, codec_version(api_key, version, "response"))
             if api_key in registry.TAIL_REWRITTEN:
                 # lane_walks' programs: made in a worker, they walked (and so copied)
                 # the pages of the schemas, 0.25 MB a worker

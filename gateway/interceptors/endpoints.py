@@ -35,7 +35,6 @@ import typing
 from functools import cache
 from typing import Any, NamedTuple, Protocol
 
-from kio.index import load_response_schema
 from kio.static.primitive import i32
 
 from ..protocol import (
@@ -46,6 +45,7 @@ from ..protocol import (
     response_body_offset,
     write_tagged_fields,
 )
+from ..protocol._apis import response_schema
 from ..protocol._walk import field_offset, tags_offset
 from ..protocol._wire import INT32, write_uvarint
 from ._codec import (
@@ -120,7 +120,7 @@ def _endpoint_array(api_key: int, api_version: int) -> str | None:
     """The one non-tagged top-level array that holds every endpoint of this response,
     if there is such an array (Metadata brokers, FindCoordinator v4+ coordinators,
     DescribeCluster brokers); else None."""
-    schema = load_response_schema(api_key, api_version)
+    schema = response_schema(api_key, api_version)
     holders = _endpoint_tuple_fields(schema)
     if _endpoint_node_field(schema) is not None or len(holders) != 1:
         return None
@@ -134,7 +134,7 @@ def _rewrite_array(
     """Rewrite only the array ``name``: the rest of the body (a large cluster's topics and
     partitions in a Metadata response) is neither decoded nor re-encoded, only walked up
     to the array, and it is kept byte for byte."""
-    start = field_offset(load_response_schema(api_key, api_version), name, body)
+    start = field_offset(response_schema(api_key, api_version), name, body)
     read, write = response_array_codec(api_key, api_version, name)
     items, size = read(readonly(body), start)
     rewritten = tuple(_rewrite(item, book) for item in items or ())

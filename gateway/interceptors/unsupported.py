@@ -36,14 +36,13 @@ import uuid
 from functools import cache
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial.readers import tz_aware_from_i64
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 
 from ..protocol import PRODUCE, RequestHeader, api_spec, response_header
-from ..protocol._apis import has_schema
+from ..protocol._apis import has_schema, response_schema
 from ._codec import decode_request, encode_response, unwrap_optional
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
@@ -298,7 +297,7 @@ def build_unsupported_response(header: RequestHeader, body: bytes | memoryview) 
             return None
     if key == PRODUCE and request is not None and request.acks == 0:
         return None  # acks=0 expects no response; Kafka closes the connection instead
-    schema = load_response_schema(key, version)
+    schema = response_schema(key, version)
     response = _build(schema, request)
     if any(f.name == "error_message" and not f.tagged for f in _fields(schema)):
         response = dataclasses.replace(response, error_message=_error_message(key, version))

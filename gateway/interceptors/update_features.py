@@ -20,12 +20,12 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from ..features.validation import FeatureUpdate, UpdateResult, UpgradeType
 from ..protocol import UPDATE_FEATURES, RequestHeader, api_spec, response_header
+from ..protocol._apis import response_schema
 from ._codec import decode_request, encode_response
 
 FIRST_ALL_OR_NOTHING_VERSION = 2
@@ -70,7 +70,7 @@ def update_features_response(
     """The response payload (header + body). ``error_code`` is the top-level error; for
     v2 the first failed result becomes it when none is given."""
     version = header.api_version
-    schema = load_response_schema(UPDATE_FEATURES, version)
+    schema = response_schema(UPDATE_FEATURES, version)
     module = importlib.import_module(schema.__module__)
     if version >= FIRST_ALL_OR_NOTHING_VERSION and error_code == 0:
         failed = next((r for r in results if not r.ok), None)

@@ -13,7 +13,6 @@ import datetime
 import importlib
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
@@ -33,6 +32,7 @@ from ..protocol import (
     api_spec,
     response_header,
 )
+from ..protocol._apis import response_schema
 from ._codec import decode_request, decode_response, encode_request, encode_response
 from ._tagged import strip_unknown_tags
 from .endpoints import AddressBook
@@ -77,9 +77,7 @@ def describe_cluster_from_metadata(
     metadata = decode_response(
         METADATA, metadata_version, strip_unknown_tags(METADATA, metadata_version, metadata_body)
     )
-    schema: Any = importlib.import_module(
-        load_response_schema(DESCRIBE_CLUSTER, version).__module__
-    )
+    schema: Any = importlib.import_module(response_schema(DESCRIBE_CLUSTER, version).__module__)
     broker_fields = set(schema.DescribeClusterBroker.__dataclass_fields__)
     brokers = []
     for b in metadata.brokers:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from kio.index import load_response_schema
-
+from ._apis import response_schema as codec_schema
 from ._walk import Frame, Program, _program, after_header, begin, layout, response_schema, walk
 
 # Bytes of a chunk joined to those kept from the last one: at least the longest read a
@@ -97,7 +96,7 @@ class TailFinder(_Finder):
 
 @cache
 def _head_program(api_key: int, version: int, name: str) -> Program:
-    schema = load_response_schema(api_key, version)
+    schema = codec_schema(api_key, version)
     if not any(f.name == name and (f.array or f.entity) for f in layout(schema)[0]):
         raise ValueError(f"{schema.__name__} has no array or struct field {name!r}")
     program = _program(schema, name, False, True)

@@ -41,8 +41,7 @@ from functools import cache
 from itertools import chain
 from typing import Any
 
-from kio.index import load_response_schema
-
+from ._apis import response_schema as codec_schema
 from ._wire import INT16, INT32, Incomplete, Malformed, read_uvarint
 
 _FIXED_WIDTH = {
@@ -195,7 +194,7 @@ def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
 
 @cache
 def response_schema(api_key: int, version: int) -> type:
-    schema: type = load_response_schema(api_key, version)
+    schema: type = codec_schema(api_key, version)
     if not schema.__flexible__:  # type: ignore[attr-defined]
         raise ValueError(f"response {api_key} v{version} is not flexible: it has no tags")
     return schema

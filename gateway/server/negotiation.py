@@ -17,7 +17,7 @@ from ..interceptors import dispatch
 from ..observability.logging import get_logger
 from ..observability.metrics import Metrics
 from ..protocol import DESCRIBE_CLUSTER
-from ..versions import BrokerSoftware, VersionRange, fingerprint, gateway_supported, negotiate
+from ..versions import PASS_THROUGH, BrokerSoftware, VersionRange, fingerprint, negotiate
 from .features import FeatureGate
 from .proxy import PlainTable
 from .routing import ClusterRouter, SidecarRouter
@@ -43,7 +43,9 @@ class Negotiation:
     gateway_id: str
 
     def _init_negotiation(self) -> None:
-        self._own_ranges = gateway_supported()
+        # The APIs the gateway decodes, limited to what its codec handles; every other
+        # API passes through at every version the upstream offers.
+        self._own_ranges = dispatch.codec_limits()
         # Keyed by upstream, its ranges and the shape of its features (not their epoch).
         self._negotiated: dict[tuple[object, ...], Negotiated] = {}
         self._feature_reports: dict[tuple[object, ...], FeatureReport] = {}
@@ -175,7 +177,9 @@ class Negotiation:
         )
 
     def own_range(self, api_key: int) -> VersionRange | None:
-        return self._own_ranges.get(api_key)
+        """The versions of ``api_key`` the gateway can carry: its codec's for an API it
+        decodes, any for one that passes through."""
+        return self._own_ranges.get(api_key, PASS_THROUGH)
 
     def broker_software(self, address: HostPort) -> BrokerSoftware:
         """KIP-885 values for an upstream: configured, else its fingerprint."""

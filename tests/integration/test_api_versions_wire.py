@@ -99,17 +99,19 @@ def test_api_versions_is_answered_with_negotiated_ranges(gateway, broker, versio
     # below the gateway's 13; Kafka 4.4's is 13).
     for key in (METADATA, API_VERSIONS_KEY, DESCRIBE_CLUSTER):
         assert ranges[key] == intersection(theirs[key], ours[key])
-    assert ranges[API_VERSIONS_KEY] == (0, 4)
+    assert ranges[API_VERSIONS_KEY] == theirs[API_VERSIONS_KEY]  # Kafka 4.4: v5 (KIP-1242)
 
 
-def test_too_new_api_versions_gets_kafkas_v0_error_answer(gateway):
+def test_too_new_api_versions_gets_kafkas_v0_error_answer(gateway, broker):
+    low, high = broker_ranges(broker)[API_VERSIONS_KEY]
     conn = connect(gateway)
     body = conn.request(
         18, 99, ApiVersionsRequest(client_software_name="x", client_software_version="1")
     ).body
     message = decode(ApiVersionsV0, body)
     assert message.error_code == UNSUPPORTED_VERSION
-    assert [(k.api_key, k.min_version, k.max_version) for k in message.api_keys] == [(18, 0, 4)]
+    answered = [(k.api_key, k.min_version, k.max_version) for k in message.api_keys]
+    assert answered == [(API_VERSIONS_KEY, low, high)]
     assert v3(api_versions(conn, 3)).error_code == 0  # the retry at a known version works
 
 

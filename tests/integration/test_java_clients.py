@@ -212,20 +212,37 @@ def test_admin_client_sees_the_gateway_as_the_cluster(
     assert tuple(features["supported"]["metadata.version"]) == broker.supported["metadata.version"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 30: the gateway's ApiVersions stops at v4 (kio 0.6.5), Kafka 4.4's at v5 "
-        "(KIP-1242); kafka-clients 4.4 asks v5 first, so each of its connections through "
-        "the gateway takes a second ApiVersions round trip and loses KIP-1242's checks"
-    ),
-)
-def test_the_sidecar_offers_kafka_4_4s_api_versions_range(
+def test_the_sidecar_offers_every_api_version_the_broker_offers(
     sidecar: GatewayProcess, apache_kafka: ApacheKafkaBroker
 ) -> None:
-    api_versions_key = 18
-    broker = api_versions(apache_kafka.host, apache_kafka.port)[1][api_versions_key]
-    assert api_versions(sidecar.host, sidecar.port)[1][api_versions_key] == broker
+    """Without gating, the ApiVersions answer through the gateway is the broker's, key by
+    key: Kafka 4.4's ApiVersions v5 (KIP-1242), its newest versions and keys (93, 94)
+    included, except UpdateFeatures, which a gateway answers itself."""
+    broker = api_versions(apache_kafka.host, apache_kafka.port)[1]
+    through = api_versions(sidecar.host, sidecar.port)[1]
+    update_features = 57
+    differ = {k for k in broker.keys() | through.keys() if broker.get(k) != through.get(k)}
+    assert differ <= {update_features}, {k: (broker.get(k), through.get(k)) for k in differ}
+
+
+def test_a_java_4_4_client_asks_api_versions_once_per_connection(
+    probe: JavaProbe, sidecar: GatewayProcess, unique_topic: str
+) -> None:
+    """kafka-clients 4.4 asks ApiVersions v5 first: answered at v5, never refused and
+    asked again at a lower version (a second round trip on every connection)."""
+    produce(probe, sidecar, unique_topic, "once")
+    seen = gateway_requests(sidecar)
+    assert seen["ApiVersions"] == {5}, seen
+    text = urllib.request.urlopen(sidecar.metrics_url, timeout=5).read().decode()
+    refused = [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "kafka_gateway_rejected_requests_total"
+        and sample.labels.get("api") == "ApiVersions"
+        and sample.value > 0
+    ]
+    assert refused == [], refused
 
 
 def test_idempotent_producer_writes_each_record_once_and_a_reader_gets_them_back(

@@ -61,6 +61,7 @@ from tests.harness import (
 )
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.kafka_wire import Features, parse_features
+from tests.harness.old_clients import OLD_CLIENTS, OldClient
 from tests.integration.test_clients import DRIVERS, ClientDriver, ClientLog, client_log
 from tests.integration.test_featurectl import assert_ok, featurectl
 from tests.integration.test_features import wait_for
@@ -70,6 +71,7 @@ __all__ = ["client_log"]  # a fixture of test_clients, used here by name
 UNSUPPORTED_VERSION = 35
 CONSUMER_GROUP_HEARTBEAT = 68
 DESCRIBE_CLUSTER = 60
+UPDATE_FEATURES = 57
 #: How long a 3.9 broker may take to act on a /feature change.
 FEATURE_CHANGE_S = 15.0
 #: The level the write tests finalize: transaction.version 1 gates no API version in the
@@ -478,3 +480,49 @@ def test_gateway_registers_only_levels_the_broker_serves(
     store = FeatureStore(kafka39.store.client, gateway_chroot)
     [registration] = wait_for(store.registrations, what="the gateway's registration")
     assert registration.features["group.version"][1] == 0, registration.features
+
+
+# -- the gateway in front of 3.9 narrows nothing (issue 41) ----------------------------
+
+
+def api_versions_of(host: str, port: int) -> dict[int, tuple[int, int]]:
+    """An ApiVersions v3 answer's ranges, key by key."""
+    with KafkaConnection(host, port) as conn:
+        answer = conn.api_versions(3)
+    assert answer.error_code == 0
+    return dict(answer.api_keys)
+
+
+def test_api_versions_through_the_gateway_are_the_brokers(
+    gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka
+) -> None:
+    """Key by key, what a client is told through the gateway is what the broker says,
+    Kafka 3.9's old minimums included (Produce v0, Fetch v0, ...: versions Kafka 4.0
+    removed), except the versions a feature gate withholds and the API the gateway
+    serves itself (UpdateFeatures: the levels live in the gateways' ZooKeeper)."""
+    direct = api_versions_of(kafka39.broker.host, kafka39.broker.port)
+    through = api_versions_of("127.0.0.1", gateway39.port)
+    gated = {gate.api_key for spec in load_catalogue().values() for _, gate in spec.gates_up_to(99)}
+    differ = {key for key in direct.keys() | through.keys() if direct.get(key) != through.get(key)}
+    assert differ <= gated | {UPDATE_FEATURES}, {k: (direct.get(k), through.get(k)) for k in differ}
+    for key, low in ((0, 0), (1, 0), (2, 0), (8, 0), (9, 0), (19, 0), (20, 0), (23, 0)):
+        assert through[key][0] == direct[key][0] == low, key
+
+
+@pytest.mark.parametrize("old", OLD_CLIENTS, ids=lambda c: c.name)
+def test_old_protocol_clients_work_through_the_gateway_as_direct(
+    old: OldClient, gateway39: GatewayProcess, kafka39: ZooKeeperModeKafka, unique_topic: str
+) -> None:
+    """A client that Kafka 3.9 serves (KIP-896's removed versions: Produce v0-2, Fetch
+    v0-3, ListOffsets v0, ...) is served through the gateway in front of it: it produces
+    and reads back every record, direct (the control) and through the gateway."""
+    direct = f"127.0.0.1:{kafka39.broker.node.internal_port}"  # advertises itself
+    DRIVERS[0].create_topic(gateway39.bootstrap, unique_topic)
+    sent_direct = [f"{old.name}/direct/{i}".encode() for i in range(200)]
+    sent_through = [f"{old.name}/gateway/{i}".encode() for i in range(200)]
+    assert old.produce(direct, unique_topic, sent_direct) == 200
+    assert old.produce(gateway39.bootstrap, unique_topic, sent_through) == 200
+    everything = sent_direct + sent_through
+    assert old.consume(direct, unique_topic, 400) == everything
+    assert old.consume(gateway39.bootstrap, unique_topic, 400) == everything
+    assert '"request.rejected"' not in gateway39.log_text(), "the gateway refused a request"

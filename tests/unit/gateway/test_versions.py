@@ -57,15 +57,16 @@ def encode(entity: object) -> bytes:
 # --- gateway_supported / negotiate ----------------------------------------------------
 
 
-def test_gateway_supported_is_every_key_kio_knows() -> None:
+def test_gateway_supported_is_every_version_of_every_release() -> None:
     supported = gateway_supported()
     assert sorted(supported) == known_api_keys()
     for key, (low, high) in supported.items():
         spec = api_spec(key)
         assert spec is not None
         assert (low, high) == (spec.min_version, spec.max_version)
-    assert supported[18] == (0, 4)
-    assert supported[0][0] == 3  # kio dropped Produce v0-2 with Kafka 4.0
+    assert supported[18] == (0, 5)  # Kafka 4.4 added ApiVersions v5
+    assert supported[0] == (0, 13)  # Produce v0-2: Kafka 3.9's, which 4.0 removed
+    assert {93, 94} <= set(supported)  # keys 4.4 added
 
 
 def test_gateway_supported_returns_a_fresh_dict() -> None:
@@ -80,10 +81,12 @@ def test_negotiate_intersects_per_key() -> None:
     assert negotiate(own, upstream) == {0: (3, 11), 1: (4, 17), 3: (0, 12), 18: (0, 3)}
 
 
-def test_negotiate_drops_keys_missing_on_either_side() -> None:
+def test_negotiate_passes_what_the_gateway_does_not_limit() -> None:
+    # Limits only bound the keys they name: key 1000 (newer than any spec the gateway
+    # read) passes as the upstream offers it; key 60, which the upstream lacks, is out.
     own = {0: (3, 13), 60: (0, 2)}
-    upstream = {0: (0, 11), 1000: (0, 1)}
-    assert negotiate(own, upstream) == {0: (3, 11)}
+    upstream = {0: (0, 11), 1: (0, 17), 1000: (0, 1)}
+    assert negotiate(own, upstream) == {0: (3, 11), 1: (0, 17), 1000: (0, 1)}
 
 
 def test_negotiate_drops_empty_intersections() -> None:
@@ -110,7 +113,7 @@ def test_negotiate_cap_equal_to_min_keeps_one_version() -> None:
 
 def test_negotiate_against_tansu() -> None:
     result = negotiate(gateway_supported(), tansu_ranges())
-    assert result[0] == (3, 11)  # Produce: kio's min 3, Tansu's max 11
+    assert result[0] == (0, 11)  # Produce: Tansu's own range
     assert result[3] == (0, 12)
     assert 68 not in result  # Tansu has no ConsumerGroupHeartbeat
     assert 71 in result  # GetTelemetrySubscriptions: both know it
@@ -190,21 +193,17 @@ def test_each_release_is_at_least_its_predecessor(track: str) -> None:
             assert newer.max_versions[key] >= high, (older.name, newer.name, key)
 
 
-def test_only_kafka_4_4_goes_beyond_what_kio_knows() -> None:
-    # kio 0.6.5 (the newest) is generated from Kafka's schemas before 4.4. What 4.4 added
-    # (ApiVersions v5, TxnOffsetCommit v6, DeleteGroups v3, the streams-group v1s, keys 93
-    # and 94) the gateway cannot decode, so negotiate() leaves it out; a new kio that has
-    # them shrinks this set.
+def test_no_release_goes_beyond_the_specs_the_gateway_read() -> None:
+    # The gateway's protocol data is the union of every release's specs: every version a
+    # release's broker advertises is one the gateway knows.
     beyond = set()
     for rows in release_tracks().values():
         for r in rows:
             for key, high in r.max_versions.items():
                 spec = api_spec(key)
-                if spec is None and key in {4, 5, 6, 7}:
-                    continue  # removed in Kafka 4.0, so not in kio
                 if spec is None or high > spec.max_version:
                     beyond.add((r.name, key))
-    assert beyond == {("4.4", k) for k in (18, 28, 42, 88, 89, 93, 94)}
+    assert beyond == set()
 
 
 def test_spot_check_known_release_facts() -> None:
@@ -303,7 +302,6 @@ def test_tansu_is_not_apache_kafka() -> None:
 
 
 def test_gateway_own_table_is_no_single_release() -> None:
-    # kio 0.6.5's schemas are a mix no broker advertises: controller-only keys (Vote,
-    # BeginQuorumEpoch, ...) and InitProducerId v6, but ApiVersions only to v4 (Kafka 4.4
-    # has v5). The KRaft track has no guess for that; the ZooKeeper track's newest is 3.9.
-    assert fingerprint(gateway_supported()) == ("Apache Kafka", ">=3.9")
+    # The union of every release's specs is a mix no broker advertises (controller-only
+    # keys, 3.x's removed versions): at least the newest release in every key.
+    assert fingerprint(gateway_supported()) == ("Apache Kafka", ">=4.4")

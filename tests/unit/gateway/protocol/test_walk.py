@@ -23,7 +23,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 
-from gateway.protocol import Incomplete, Malformed, known_api_keys
+from gateway.protocol import Incomplete, Malformed
 from gateway.protocol._apis import has_schema
 from gateway.protocol._finders import _JOIN, HeadFinder, TailFinder, _Finder, _last_heads
 from gateway.protocol._walk import (
@@ -76,7 +76,7 @@ def every_byte(body: bytes) -> range:
 def all_schemas(kind: EntityType) -> list[tuple[int, int]]:
     return [
         (key, version)
-        for key in known_api_keys()
+        for key in sorted(api_key_map)  # every API the codec (kio) has
         for version in sorted(schema_name_map[api_key_map[key]])
         if has_schema(key, version, kind)
     ]
