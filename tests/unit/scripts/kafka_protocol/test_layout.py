@@ -17,7 +17,9 @@ from scripts.kafka_protocol.specs import (
 )
 
 
-def spec(fields: list[dict[str, Any]], valid: str = "0-3", flexible: str = "none", **extra: Any):
+def spec(
+    fields: list[dict[str, Any]], valid: str = "0-3", flexible: str = "none", **extra: Any
+) -> dict[str, Any]:
     return {"name": "TestRequest", "type": "request", "apiKey": 1000, "validVersions": valid,
             "flexibleVersions": flexible, "fields": fields, **extra}  # fmt: skip
 

@@ -10,7 +10,9 @@ from scripts.kafka_protocol.apikeys import KeysDump, parse
 from scripts.kafka_protocol.releases import RELEASES, minor, pinned, tracks
 
 
-def request(key: int, valid: str, listeners: list[str] | None = None, **extra: Any):
+def request(
+    key: int, valid: str, listeners: list[str] | None = None, **extra: Any
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"apiKey": key, "type": "request", "name": f"K{key}Request",
                             "validVersions": valid, **extra}  # fmt: skip
     if listeners is not None:
