@@ -11,7 +11,7 @@ the generation instead of writing a wrong table):
    (``ApiVersionsResponse.API_VERSIONS_RESPONSE``, 0.10.2-2.1, the constant the broker
    sent), or for 0.10.0-0.10.1, which have none, every ApiKeys constant with the versions
    of ``Protocol.MIN_VERSIONS`` / ``CURR_VERSION`` (what their KafkaApis built the answer
-   from).
+   from). 2.2-2.7 still have that default answer: the rows from specs must equal it.
 2. Specs before 2.8 have no ``listeners``: a ZooKeeper broker advertised every API in
    them (2.2-2.6: the default answer lists every key) except those ApiKeys marks
    ``isEnabled == false`` (2.7: the Raft keys 52-55, Vote to DescribeQuorum, shipped
@@ -33,6 +33,9 @@ the generation instead of writing a wrong table):
    only when a client-telemetry reporter is configured (ApiVersionManager's
    clientTelemetryEnabled): left out.
 7. ZooKeeper mode ends with 3.9 (KIP-833; 4.0's specs have no zkBroker listener).
+
+On the wire, tests/integration/test_release_tables.py holds the 3.9 row (3.9.2 in
+ZooKeeper mode) and the 4.4 row (4.4.0, KRaft) against the real brokers, key by key.
 """
 
 from __future__ import annotations
