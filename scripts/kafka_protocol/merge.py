@@ -33,19 +33,35 @@ Merged = dict[str, list[Entry]]
 """Per message name its entries, lowest versions first."""
 
 
+def _identity(spec: Spec) -> tuple[str, int | str]:
+    """What stays when Kafka renames a message: a request or response is its API key and
+    side (ListOffset became ListOffsets in 2.8, ElectPreferredLeaders ElectLeaders in 2.4,
+    AlterIsr AlterPartition in 3.2, ListClientMetricsResources ListConfigResources in
+    4.1); a header is its name."""
+    if "apiKey" in spec:
+        return spec["type"], spec["apiKey"]
+    return spec["type"], spec["name"]
+
+
 def merge(releases: Sequence[tuple[str, Mapping[str, Spec]]]) -> Merged:
-    """``releases``: (release, its specs by message name), oldest release first."""
-    newest: dict[str, dict[int, tuple[str, Spec]]] = {}
+    """``releases``: (release, its specs by message name), oldest release first. A renamed
+    message is one message, under its newest name."""
+    newest: dict[tuple[str, int | str], dict[int, tuple[str, Spec]]] = {}
+    names: dict[tuple[str, int | str], str] = {}
     for release, specs in releases:
         for name, spec in specs.items():
-            per_version = newest.setdefault(name, {})
+            identity = _identity(spec)
+            names[identity] = name
+            per_version = newest.setdefault(identity, {})
             for version in valid_versions(spec):
                 per_version[version] = (release, spec)
     merged: Merged = {}
-    for name in sorted(newest):
-        per_version = newest[name]
+    for identity, name in sorted(names.items(), key=lambda item: item[1]):
+        per_version = newest[identity]
         versions = sorted(per_version)
-        if versions and versions != list(range(versions[0], versions[-1] + 1)):
+        if not versions:
+            continue  # "none" in every release read
+        if versions != list(range(versions[0], versions[-1] + 1)):
             raise ValueError(f"{name}: the releases' versions are not contiguous: {versions}")
         entries: list[Entry] = []
         for version in versions:
@@ -83,10 +99,11 @@ def api_table(
 ) -> dict[str, dict[str, Any]]:
     """Per API key (as a string, in numeric order) its name, versions, first flexible
     version, listeners (over every release) and the versions that read like a lower one."""
-    listeners: dict[str, set[str]] = {}
+    listeners: dict[int, set[str]] = {}
     for _, specs in releases:
-        for name, spec in specs.items():
-            listeners.setdefault(name, set()).update(spec.get("listeners", []))
+        for spec in specs.values():
+            if spec["type"] == "request":
+                listeners.setdefault(spec["apiKey"], set()).update(spec.get("listeners", []))
     requests = {
         entries[-1].spec["apiKey"]: name
         for name, entries in merged.items()
@@ -105,7 +122,7 @@ def api_table(
             "name": request.removesuffix("Request"),
             "versions": [entries[0].low, entries[-1].high],
             "flexible_from": _flexible_from(request, entries),
-            "listeners": sorted(listeners[request]),
+            "listeners": sorted(listeners[key]),
             "same_layout": {
                 "request": _keyed(same_layout(layouts(entries))),
                 "response": _keyed(same_layout(layouts(merged[response]))),

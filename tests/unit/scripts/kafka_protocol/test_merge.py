@@ -99,3 +99,25 @@ def test_messages_table_trims_the_specs() -> None:
     entries = table["ThingRequest"]
     assert [(e["versions"], e["release"]) for e in entries] == [([0, 0], "1.0"), ([1, 3], "2.0")]
     assert all("about" not in fld for e in entries for fld in e["spec"]["fields"])
+
+
+def test_a_renamed_message_is_one_message_under_its_newest_name() -> None:
+    # Kafka 2.4 renamed ElectPreferredLeaders (key 43, v0) to ElectLeaders (v0-2).
+    def renamed(name: str, kind: str, valid: str) -> dict[str, Any]:
+        return {**message(kind, valid, [f("A")]), "name": name, "apiKey": 43}
+
+    old = {
+        "ElectPreferredLeadersRequest": renamed("ElectPreferredLeadersRequest", "request", "0"),
+        "ElectPreferredLeadersResponse": renamed("ElectPreferredLeadersResponse", "response", "0"),
+    }
+    new = {
+        "ElectLeadersRequest": renamed("ElectLeadersRequest", "request", "0-2"),
+        "ElectLeadersResponse": renamed("ElectLeadersResponse", "response", "0-2"),
+    }
+    releases = [("2.3", old), ("2.4", new)]
+    merged = merge(releases)
+    assert sorted(merged) == ["ElectLeadersRequest", "ElectLeadersResponse"]
+    assert [(e.low, e.high, e.release) for e in merged["ElectLeadersRequest"]] == [(0, 2, "2.4")]
+    table = api_table(merged, releases)
+    assert table["43"]["name"] == "ElectLeaders"
+    assert table["43"]["versions"] == [0, 2]
