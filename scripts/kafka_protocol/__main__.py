@@ -36,6 +36,13 @@ def _stamp(gen: Generation) -> dict[str, object]:
 def protocol_json(gen: Generation) -> str:
     """kafka_protocol.json: per API key the union over every release read."""
     apis = merge.api_table(gen.merged, gen.with_specs)
+    # The union comes from the specs (2.2 on); every version any release's ApiKeys accepts,
+    # 0.10.0's included, must be inside it.
+    for release, dump in gen.dumps.items():
+        for key, (name, oldest, latest) in dump.keys.items():
+            known = apis.get(str(key), {}).get("versions", [0, -1])
+            if oldest <= latest and not known[0] <= oldest <= latest <= known[1]:
+                raise ValueError(f"{release}: {name} {oldest}-{latest} is outside {known}")
     return render({**_stamp(gen), "apis": apis}, rows="apis")
 
 
