@@ -83,7 +83,9 @@ def parser() -> argparse.ArgumentParser:
             "  scripts/kafka-protocol --check --release 4.3.1   # what 4.4.0 changed\n\n"
             "A new Kafka release: add it to RELEASES in scripts/kafka_protocol/releases.py,\n"
             "run with --release X.Y.Z (or move DEFAULT_RELEASE), read the diff, commit.\n"
-            "Needs mvn (Maven Central reachable) and a JDK 17+ (java, javac)."
+            "Needs mvn (Maven Central reachable) and a JDK 17+ (java, javac).\n\n"
+            "exit status: 0 written or up to date, 1 stale (--check), 2 Maven or Java\n"
+            "missing or failing, 3 a spec or a release broke a rule (see releases.py)."
         ),
     )
     p.add_argument(
@@ -143,13 +145,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         gen = load(args.release, releases.pinned(args.release), args.cache)
+        if args.check:
+            return check(gen)
+        for path in generate(gen, ROOT):
+            print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
     except (MavenError, JavaError) as error:
         print(f"scripts/kafka-protocol: {error}", file=sys.stderr)
         return 2
-    if args.check:
-        return check(gen)
-    for path in generate(gen, ROOT):
-        print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
+    except ValueError as error:
+        # A spec that does not read, or a release that breaks a rule of releases.py or
+        # merge.py: the rules need a look before any file is trusted.
+        print(f"scripts/kafka-protocol: {error}", file=sys.stderr)
+        return 3
     return 0
 
 
