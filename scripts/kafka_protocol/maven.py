@@ -13,9 +13,16 @@ class MavenError(RuntimeError):
     """A jar could not be fetched; the message says what and why."""
 
 
-def fetch_jar(artifact: str, version: str, cache: Path, classifier: str | None = None) -> Path:
-    """The path of ``org.apache.kafka:ARTIFACT:VERSION[:jar:CLASSIFIER]`` under ``cache``,
-    fetched with ``mvn dependency:copy`` unless it is there already."""
+def fetch_jar(
+    artifact: str,
+    version: str,
+    cache: Path,
+    classifier: str | None = None,
+    group: str = GROUP,
+) -> Path:
+    """The path of ``GROUP:ARTIFACT:VERSION[:jar:CLASSIFIER]`` under ``cache`` (the group is
+    Apache Kafka's unless given), fetched with ``mvn dependency:copy`` unless it is there
+    already."""
     name = f"{artifact}-{version}" + (f"-{classifier}" if classifier else "") + ".jar"
     target = cache / name
     if target.exists():
@@ -25,7 +32,7 @@ def fetch_jar(artifact: str, version: str, cache: Path, classifier: str | None =
         raise MavenError(
             f"fetching {name} needs Maven (`mvn`), which is not on PATH: apt-get install maven"
         )
-    coordinates = f"{GROUP}:{artifact}:{version}" + (f":jar:{classifier}" if classifier else "")
+    coordinates = f"{group}:{artifact}:{version}" + (f":jar:{classifier}" if classifier else "")
     cache.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [mvn, "-q", "-B", "dependency:copy", f"-Dartifact={coordinates}",

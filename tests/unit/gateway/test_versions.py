@@ -181,16 +181,70 @@ def test_tables_cover_2_0_to_4_1_at_least() -> None:
         assert wanted in names
 
 
+# KRaft 2.8 (early access) served UnregisterBroker (64) on the broker listener; 3.0's spec
+# moved it to the controller alone.
+KRAFT_2_8_ONLY = {("2.8", "3.0", 64)}
+
+
 @pytest.mark.parametrize("track", ["zookeeper", "kraft"])
 def test_each_release_is_at_least_its_predecessor(track: str) -> None:
-    # Catches transcription slips: client-facing versions only ever go up.
+    # Catches a generator slip: client-facing versions only ever go up.
     rows = release_tracks()[track]
     for older, newer in itertools.pairwise(rows):
         for key, high in older.max_versions.items():
-            if key in SKIPPED_KEYS:
+            if key in SKIPPED_KEYS or (older.name, newer.name, key) in KRAFT_2_8_ONLY:
                 continue
             assert key in newer.max_versions, (older.name, newer.name, key)
             assert newer.max_versions[key] >= high, (older.name, newer.name, key)
+
+
+def test_rows_are_read_from_the_newest_patch_and_keep_minimums() -> None:
+    assert release("zookeeper", "3.9").kafka == "3.9.2"  # the ZooKeeper-mode test broker
+    assert release("kraft", "4.4").kafka == "4.4.0"
+    assert release("kraft", "4.4").versions[0] == (0, 13)  # Produce from v0 (KAFKA-18659)
+    assert release("kraft", "4.4").versions[1][0] == 4  # Fetch v0-3 gone (KIP-896)
+    assert release("zookeeper", "3.9").versions[1] == (0, 17)
+    assert 71 not in release("kraft", "4.4").versions  # telemetry: only when configured
+
+
+# Where the generated tables (each release's own jar) and franz-go's kversion tables
+# (tests/unit/data/franz-go-kversion-max-versions.json, the file these tables replaced)
+# disagree, and why the jar is right. Value: (franz-go's max, ours); None = key absent.
+FRANZ_GO_DISAGREES = {
+    # 0.10.2.2's own ApiVersionsResponse.API_VERSIONS_RESPONSE lists OffsetFetch 0-2:
+    # KIP-88 (KAFKA-3853) shipped in 0.10.2.0; franz-go adds v2 with 0.11.0.
+    ("zookeeper", "0.10.2", 9): (1, 2),
+    # DescribeQuorum's spec names the broker listener from 2.8 on (the broker forwards it
+    # to the controller); franz-go lists it on KRaft brokers from 3.3 only.
+    ("kraft", "3.0", 55): (None, 0),
+    ("kraft", "3.1", 55): (None, 0),
+    ("kraft", "3.2", 55): (None, 0),
+    # Envelope (58, skipped by fingerprint) is controller-only in 3.0's and 3.1's specs.
+    ("kraft", "3.0", 58): (0, None),
+    ("kraft", "3.1", 58): (0, None),
+    # Telemetry (71/72, skipped by fingerprint) is advertised only with a client-telemetry
+    # reporter configured; the generated tables leave it out, franz-go lists it from 3.7.
+    **{("kraft", r, k): (0, None) for r in ("3.7", "3.8", "3.9", "4.0", "4.1", "4.2",
+                                           "4.3", "4.4") for k in (71, 72)},
+}  # fmt: skip
+
+
+def test_franz_go_tables_agree_but_where_explained() -> None:
+    franz = json.loads((DATA / "franz-go-kversion-max-versions.json").read_text())["tracks"]
+    found = {}
+    for track, rows in franz.items():
+        for row in rows:
+            theirs = {int(k): v for k, v in row["max_versions"].items()}
+            ours = release(track, row["release"]).max_versions
+            for key in sorted(set(theirs) | set(ours)):
+                if theirs.get(key) != ours.get(key):
+                    found[(track, row["release"], key)] = (theirs.get(key), ours.get(key))
+    assert found == FRANZ_GO_DISAGREES
+    # And the generated tables have every franz-go row, plus KRaft 2.8 (early access).
+    extra = {(t, r.name) for t, rows in release_tracks().items() for r in rows} - {
+        (t, row["release"]) for t, rows in franz.items() for row in rows
+    }
+    assert extra == {("kraft", "2.8")}
 
 
 def test_no_release_goes_beyond_the_specs_the_gateway_read() -> None:

@@ -1,0 +1,1 @@
+"""Tests of scripts/kafka_protocol, the generator of the protocol data."""
