@@ -43,11 +43,12 @@ from ..protocol import (
     TailFinder,
     api_range,
     api_spec,
+    codec_version,
     frame,
     response_body_offset,
     tail_program,
 )
-from ..protocol._apis import api_name, codec_version, request_schema, response_schema
+from ..protocol._apis import api_name, request_schema, response_schema
 from ..versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 from . import addresses, registry
 from . import upstream as internal

@@ -246,6 +246,14 @@ class Metrics:
         )
         for action in ("close", "forward"):
             self.unknown_api_keys.labels(action)
+        self.api_version_limit = Gauge(
+            "kafka_gateway_api_version_limit",
+            "Highest version of an API the gateway decodes (it rewrites or answers it) "
+            "that its codec handles: an upstream offering more is capped to it. An API not "
+            "listed passes through at every version its upstream offers",
+            ["api_key", "api"],
+            registry=r,
+        )
         # -- feature gating (KIP-584) --
         self.feature_finalized_level = Gauge(
             "kafka_gateway_feature_finalized_level",

@@ -13,7 +13,9 @@ from ._apis import (
     api_name,
     api_range,
     api_spec,
+    codec_version,
     known_api_keys,
+    protocol_data,
 )
 from ._entry import InFlightRequest
 from ._events import (
@@ -78,12 +80,14 @@ __all__ = [
     "api_of",
     "api_range",
     "api_spec",
+    "codec_version",
     "field_offset",
     "frame",
     "known_api_keys",
     "measure",
     "parse_request_header",
     "produce_acks",
+    "protocol_data",
     "read_tagged_fields",
     "response_body_offset",
     "response_header",

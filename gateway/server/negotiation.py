@@ -16,7 +16,7 @@ from ..features.report import NO_FEATURES, FeatureReport, merge_reports
 from ..interceptors import dispatch
 from ..observability.logging import get_logger
 from ..observability.metrics import Metrics
-from ..protocol import DESCRIBE_CLUSTER
+from ..protocol import DESCRIBE_CLUSTER, api_name, protocol_data
 from ..versions import PASS_THROUGH, BrokerSoftware, VersionRange, fingerprint, negotiate
 from .features import FeatureGate
 from .proxy import PlainTable
@@ -46,6 +46,16 @@ class Negotiation:
         # The APIs the gateway decodes, limited to what its codec handles; every other
         # API passes through at every version the upstream offers.
         self._own_ranges = dispatch.codec_limits()
+        for key, (_, high) in self._own_ranges.items():
+            self.metrics.api_version_limit.labels(str(key), api_name(key)).set(high)
+        log.info(
+            "protocol.limits",
+            kafka=protocol_data()["kafka"],
+            decoded={
+                api_name(key): f"{low}-{high}" for key, (low, high) in self._own_ranges.items()
+            },
+            passthrough="every other API, at every version its upstream offers",
+        )
         # Keyed by upstream, its ranges and the shape of its features (not their epoch).
         self._negotiated: dict[tuple[object, ...], Negotiated] = {}
         self._feature_reports: dict[tuple[object, ...], FeatureReport] = {}
