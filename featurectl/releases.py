@@ -1,8 +1,9 @@
 """Apache Kafka's default feature levels per release (``--release-version``,
 ``version-mapping``, ``feature-dependencies``), as ``kafka-features.sh`` knows them.
 
-The table is data (``data/kafka_feature_levels.json``, its source cited inside), so a
-new Kafka release is one more JSON line, not code.
+The table is data (``data/kafka_feature_levels.json``, generated from Kafka's own jars by
+``python -m scripts.kafka_protocol.features``, its sources cited inside), so a new Kafka
+release is one more JSON line, not code.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -24,21 +25,33 @@ class ReleaseTable:
     releases: dict[str, dict[str, int]]
     # feature -> level -> {feature it needs: minimum level}
     dependencies: dict[str, dict[int, dict[str, int]]]
+    # release -> feature -> (min, max) its brokers support (ApiVersions SupportedFeatures)
+    supported_ranges: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
 
-    def levels(self, release: str) -> dict[str, int]:
-        """The feature levels Kafka ``release`` ships with ("4.0" or "4.0.1": patch
-        releases ship their minor release's levels; "4.0-IV3", the form kafka-features.sh
-        also takes, means its release). KeyError names the known ones."""
+    def minor(self, release: str) -> str:
+        """The table's key for ``release`` ("4.0" or "4.0.1": patch releases ship their
+        minor release's levels; "4.0-IV3", the form kafka-features.sh also takes, means
+        its release). KeyError names the known ones."""
         parts = re.sub(r"-IV\d+$", "", release.strip()).split(".")
         minor = ".".join(parts[:2])
         if len(parts) > 3 or not all(p.isdigit() for p in parts) or minor not in self.releases:
             raise KeyError(
                 f"unknown Apache Kafka release {release!r}; known: {', '.join(self.releases)}"
             )
+        return minor
+
+    def levels(self, release: str) -> dict[str, int]:
+        """The feature levels Kafka ``release`` ships with (see ``minor``)."""
+        minor = self.minor(release)
         # A feature a release does not ship yet is at level 0 there (as version-mapping
         # prints it), so a downgrade to that release disables it.
         everything = {name for levels in self.releases.values() for name in levels}
         return {name: 0 for name in everything} | self.releases[minor]
+
+    def supported(self, release: str) -> dict[str, tuple[int, int]]:
+        """{feature: (min, max)} a broker of ``release`` supports (KRaft mode, unstable
+        versions off); a feature it lacks is absent, as in its ApiVersions answer."""
+        return dict(self.supported_ranges.get(self.minor(release), {}))
 
     def max_level(self, feature: str) -> int:
         """The highest level of ``feature`` this table knows (a release's or a dependency's)."""
@@ -59,6 +72,10 @@ def release_table() -> ReleaseTable:
         dependencies={
             feature: {int(level): dict(needs) for level, needs in per_level.items()}
             for feature, per_level in doc["dependencies"].items()
+        },
+        supported_ranges={
+            r: {feature: (low, high) for feature, (low, high) in ranges.items()}
+            for r, ranges in doc.get("supported", {}).items()
         },
     )
 

@@ -210,9 +210,29 @@ def test_release_table_gives_each_releases_levels_patch_releases_included() -> N
     }
     assert table.levels("4.0.1") == table.levels("4.0") == table.levels("4.0-IV3")
     assert table.levels("3.9")["metadata.version"] == 21
-    assert "MetadataVersion.java" in table.source
+    # Generated from Kafka's jars (scripts/kafka_protocol/features.py), which it names.
+    assert "kafka-server-common" in table.source and "MetadataVersion" in table.source
     with pytest.raises(KeyError, match=r"known: 3\.3, 3\.4"):
         table.levels("5.x")
+
+
+def test_release_table_gives_what_each_releases_brokers_support() -> None:
+    table = release_table()
+    # 3.3-3.8 have metadata.version only; KRaft's first level is 1 until 4.0 drops 3.0-3.2.
+    assert table.supported("3.3") == {"metadata.version": (1, 7)}
+    assert table.supported("3.9.2")["kraft.version"] == (0, 1)
+    # 4.0 supports ELR level 1 but does not finalize it by default (levels: 0).
+    supported = table.supported("4.0")
+    assert supported["metadata.version"] == (7, 25)
+    assert supported["eligible.leader.replicas.version"] == (0, 1)
+    assert table.levels("4.0")["eligible.leader.replicas.version"] == 0
+    # Every release's default levels are within what its brokers support.
+    for release, levels in table.releases.items():
+        for name, level in levels.items():
+            low, high = table.supported(release)[name]
+            assert low <= level <= high, (release, name)
+    with pytest.raises(KeyError, match="unknown Apache Kafka release"):
+        table.supported("2.8")
 
 
 def test_release_updates_move_servable_features_in_the_commands_direction() -> None:
