@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from . import merge, releases
+from . import features, merge, releases
 from .apikeys import JavaError
 from .generation import JARS, Generation, load, render, render_fitted
 from .maven import MavenError
@@ -57,10 +57,17 @@ def releases_json(gen: Generation) -> str:
     return render({**_stamp(gen), "tracks": tracks}, rows="tracks")
 
 
+def feature_levels_json(gen: Generation) -> str:
+    """featurectl's kafka_feature_levels.json: each release's feature levels
+    (``--release-version``), supported ranges and dependencies, from server-common."""
+    return features.render(features.generate(gen.cache, gen.releases))
+
+
 OUTPUTS: list[Output] = [
     Output("gateway/data/kafka_protocol.json", protocol_json),
     Output("gateway/data/kafka_messages.json", messages_json),
     Output("gateway/data/kafka_releases.json", releases_json),
+    Output("featurectl/data/kafka_feature_levels.json", feature_levels_json),
 ]
 
 

@@ -1,9 +1,10 @@
 """Kafka's feature levels per release, read from its own jars: featurectl's release table.
 
-For each release in ``FEATURE_RELEASES`` it fetches ``kafka-server-common`` and
-``kafka-clients`` (``maven.py``), runs ``FeatureDump.java`` on them (compiled with
-``javac`` into a temporary folder; it reads ``MetadataVersion`` and the feature enum by
-reflection and prints JSON) and writes ``featurectl/data/kafka_feature_levels.json``:
+For each release with features (3.3 on, ``feature_releases``) it fetches
+``kafka-server-common`` and ``kafka-clients`` (``maven.py``), runs ``FeatureDump.java``
+on them (compiled with ``javac`` into a temporary folder; it reads ``MetadataVersion``
+and the feature enum by reflection and prints JSON) and writes
+``featurectl/data/kafka_feature_levels.json``:
 
 - ``releases``: per minor release, the levels ``kafka-features.sh upgrade --release-version``
   finalizes (features at level 0 left out, as ``ReleaseTable.levels`` fills them in);
@@ -25,29 +26,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import releases as release_list
 from .maven import fetch_jar
 
-#: Each minor release with features (metadata.version is 3.3's), at its newest patch on
-#: Maven Central that has both jars: kafka-server-common 4.3.2 is published but
-#: kafka-clients 4.3.2 is not, and the dumper needs both (server-common's method
-#: signatures name clients' classes); server-common 4.3.2's dump equals 4.3.1's.
-FEATURE_RELEASES: dict[str, str] = {
-    "3.3": "3.3.2",
-    "3.4": "3.4.1",
-    "3.5": "3.5.2",
-    "3.6": "3.6.2",
-    "3.7": "3.7.2",
-    "3.8": "3.8.1",
-    "3.9": "3.9.2",
-    "4.0": "4.0.2",
-    "4.1": "4.1.2",
-    "4.2": "4.2.2",
-    "4.3": "4.3.1",
-    "4.4": "4.4.0",
-}
+#: The first release with features (metadata.version, KRaft's): each release from it on
+#: is read at the patch ``releases.RELEASES`` names.
+FIRST_FEATURE_RELEASE = (3, 3)
+
+
+def feature_releases(versions: Sequence[str] = release_list.RELEASES) -> dict[str, str]:
+    """{minor release: the patch read} of every release with features among ``versions``."""
+    return {
+        release_list.minor(v): v
+        for v in versions
+        if release_list.number(v)[:2] >= FIRST_FEATURE_RELEASE
+    }
+
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "featurectl" / "data" / "kafka_feature_levels.json"
@@ -88,26 +86,30 @@ def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
-def generate(cache: Path = CACHE) -> dict[str, Any]:
-    """The whole release table, from the jars (fetched into ``cache`` when missing)."""
+def generate(
+    cache: Path = CACHE, versions: Sequence[str] = release_list.RELEASES
+) -> dict[str, Any]:
+    """The whole release table, from the jars of ``versions`` with features (fetched
+    into ``cache`` when missing)."""
+    releases = feature_releases(versions)
     with tempfile.TemporaryDirectory(prefix="feature-dump-") as tmp:
         classes = Path(tmp)
         _run(["javac", "-d", str(classes), str(DUMPER)], "javac FeatureDump.java")
         dumps = {
-            minor: dump_release(version, cache, classes)
-            for minor, version in FEATURE_RELEASES.items()
+            name: dump_release(version, cache, classes, list(releases))
+            for name, version in releases.items()
         }
-    return build(dumps, FEATURE_RELEASES)
+    return build(dumps, releases)
 
 
-def dump_release(version: str, cache: Path, classes: Path) -> dict[str, Any]:
+def dump_release(version: str, cache: Path, classes: Path, minors: list[str]) -> dict[str, Any]:
     """FeatureDump's JSON for Kafka ``version``, asked about every minor release."""
     # server-common holds the features; clients' classes appear in its method signatures,
     # which reflection resolves.
     jars = [fetch_jar(artifact, version, cache) for artifact in ARTIFACTS]
     classpath = ":".join(str(path) for path in [classes, *jars])
     text = _run(
-        ["java", "-cp", classpath, "FeatureDump", *FEATURE_RELEASES],
+        ["java", "-cp", classpath, "FeatureDump", *minors],
         f"FeatureDump on Kafka {version}",
     )
     try:
