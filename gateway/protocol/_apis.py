@@ -73,7 +73,6 @@ def protocol_data() -> dict[str, Any]:
     return data
 
 
-@cache
 def _specs() -> dict[int, ApiSpec]:
     specs = {}
     for key, api in protocol_data()["apis"].items():
@@ -82,26 +81,31 @@ def _specs() -> dict[int, ApiSpec]:
     return specs
 
 
+# Read at import (18 kB of JSON, well under a millisecond): a request header's parse
+# looks its key up here, and a plain dict lookup is the cheapest there is.
+_SPECS = _specs()
+
+
 def api_spec(key: int) -> ApiSpec | None:
     """The spec of an API key, or None for a key no Kafka release read has."""
-    return _specs().get(key)
+    return _SPECS.get(key)
 
 
 def api_range(key: int) -> tuple[int, int] | None:
     """Every version of ``key`` some Kafka release accepted, (min, max); None for an
     unknown key."""
-    spec = _specs().get(key)
+    spec = _SPECS.get(key)
     return None if spec is None else (spec.min_version, spec.max_version)
 
 
 def api_name(key: int) -> str:
     """A stable, bounded label for metrics and logs ("Unknown" for foreign keys)."""
-    spec = _specs().get(key)
+    spec = _SPECS.get(key)
     return spec.name if spec is not None else "Unknown"
 
 
 def known_api_keys() -> list[int]:
-    return sorted(_specs())
+    return sorted(_SPECS)
 
 
 def api_key_of(name: str) -> int | None:
@@ -111,7 +115,7 @@ def api_key_of(name: str) -> int | None:
 
 @cache
 def _keys_by_name() -> dict[str, int]:
-    return {spec.name: key for key, spec in _specs().items()}
+    return {spec.name: key for key, spec in _SPECS.items()}
 
 
 def has_schema(key: int, version: int, entity: EntityType = EntityType.request) -> bool:
