@@ -88,3 +88,18 @@ def test_caps_follow_the_merge_for_a_broker_that_lists_no_features_but_has_an_ep
     gate._apply(Finalized({"group.version": 1}, 3))
     assert CONSUMER_GROUP_HEARTBEAT not in gate.caps_for(NO_FEATURES)  # Tansu: own levels
     assert gate.caps_for(FeatureReport(epoch=0))[CONSUMER_GROUP_HEARTBEAT] < 0
+
+
+def test_what_the_gateway_does_not_decode_passes_at_the_upstreams_versions() -> None:
+    # Kafka 3.9's old minimums, a version newer than any spec the gateway read, and a key
+    # no Kafka release has: each is advertised and forwarded as the upstream offers it.
+    # A rewritten API above what the codec handles is capped (Fetch, rewritten from v16,
+    # and Metadata: v99 -> the codec's max).
+    gw = _gateway()
+    upstream = {0: (0, 11), 1: (0, 99), 8: (0, 99), METADATA: (0, 99), 1000: (0, 1)}
+    got = gw.negotiated(gw.config.upstream, upstream)
+    for key in (0, 8, 1000):
+        assert got.ranges[key] == got.passthrough[key] == upstream[key]
+    for key in (1, METADATA):
+        assert got.ranges[key] == (0, gw.own_range(key)[1]) != upstream[key]
+    assert gw.own_range(1000) == (0, 0x7FFF)  # what passes through: any version
