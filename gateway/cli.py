@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ZooKeeper path holding feature and gateways/ids [/kafka-gateway]",
     )
     p.add_argument(
+        "--adopt-broker-features",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with nothing finalized in ZooKeeper yet, take the levels the brokers "
+        "finalized, once [on]",
+    )
+    p.add_argument(
         "--gateway-id",
         metavar="ID",
         help="this gateway's registration id in ZooKeeper [advertised host:port]",
