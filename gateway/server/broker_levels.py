@@ -47,11 +47,15 @@ class BrokerLevels:
         # process that registers, and no feature znode seen yet.
         self.adopting = False
 
-    def observe(self, upstream: str, report: FeatureReport) -> bool:
-        """Record ``upstream``'s answer; True when ``finalized()`` changed by it (the
-        registration says it)."""
+    def observe(self, upstream: str, report: FeatureReport) -> bool | None:
+        """Record ``upstream``'s answer: None when it says what its last one did (every
+        connection's answer comes here: nothing to do again), else whether
+        ``finalized()`` changed by it (the registration says it)."""
         if report.epoch == NO_EPOCH:
-            return False  # Tansu, Kafka in ZooKeeper mode: no levels to speak of
+            return None  # Tansu, Kafka in ZooKeeper mode: no levels to speak of
+        known = self._reports.get(upstream)
+        if known is not None and known.shape() == report.shape():
+            return None  # KRaft's epoch moves with every topic change; the levels did not
         before = self.finalized()
         self._reports[upstream] = report
         return self.finalized() != before
@@ -138,7 +142,10 @@ class BrokerAdoption:
         """What ``upstream`` finalized (each of its answers; a supervisor's readiness
         probe): the metric, a line when the brokers are ahead, the registration, and an
         adoption the start-up probe could not do (the broker was down then)."""
-        if self.brokers.observe(upstream, features):
+        changed = self.brokers.observe(upstream, features)
+        if changed is None:
+            return
+        if changed:
             self._schedule_register()
         if self._loop is None:
             return  # not started, or gating off: the store's levels are not known (yet)
