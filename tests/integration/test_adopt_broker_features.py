@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +27,10 @@ from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.consumers import ContinuousConsumer
+from tests.harness.ports import LOOPBACK
 from tests.integration.conftest import CHROOT
 from tests.integration.test_features import metric, wait_for
+from tests.integration.test_kafka_features_tool import kafka_features
 from tests.integration.test_upgrade_in_place import create_topic
 from tests.integration.test_upstream_features import (
     CONSUMER_GROUP_HEARTBEAT,
@@ -44,6 +48,18 @@ def kraft(apache_kafka: ApacheKafkaBroker) -> ApacheKafkaBroker:
     if apache_kafka.zookeeper_mode:
         pytest.skip(f"needs Apache Kafka 4.x (KRaft); the session runs {apache_kafka.version}")
     return apache_kafka
+
+
+@pytest.fixture
+def own_kafka(tmp_path: Path) -> Iterator[ApacheKafkaBroker]:
+    """A Kafka 4.4 of this test's own, whose levels it changes (reachable as it
+    advertises itself, for kafka-features.sh)."""
+    kafka = ApacheKafkaBroker(tmp_path, name="kafka-own", advertised_host=LOOPBACK)
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
 
 
 def adopting_gateway(
@@ -218,3 +234,48 @@ def test_a_gateway_of_several_workers_adopts_once(
     # The supervisor adopted before its workers started; they found the store.
     assert len(log_lines(gw, "features.adopted")) == 1
     assert heartbeat_error(gw) != UNSUPPORTED_VERSION
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_a_level_the_brokers_raise_later_is_not_withheld_silently(
+    gateway_factory: GatewayFactory,
+    own_kafka: ApacheKafkaBroker,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    tmp_path: Path,
+    workers: str,
+) -> None:
+    done = kafka_features(own_kafka.bootstrap, "downgrade", "--feature", "group.version=0")
+    assert done.returncode == 0, done
+    config = tmp_path / "check.toml"
+    config.write_text("readiness_upstream_check_ms = 300\n")  # the supervisor's probe
+    gw = adopting_gateway(
+        gateway_factory, own_kafka, zookeeper, "gw-a", "--config", str(config), "--workers", workers
+    )
+    [audit] = log_lines(gw, "features.adopted")
+    assert "group.version" not in audit["new_levels"]  # the broker had none of it then
+    adopted = store.read()
+
+    done = kafka_features(own_kafka.bootstrap, "upgrade", "--feature", "group.version=1")
+    assert done.returncode == 0, done
+
+    # The registration (the supervisor's, with workers) follows the broker: describe says.
+    def described() -> str | None:
+        out = featurectl(zookeeper, "describe").stdout
+        return out if "group.version: brokers finalized 1" in out else None
+
+    assert "group.version: brokers finalized 1, gateways hold 0" in wait_for(described, 30)
+    wait_for(
+        lambda: [
+            x for x in log_lines(gw, "features.broker_ahead") if x["feature"] == "group.version"
+        ],
+        what="the broker_ahead line",
+    )
+    # A client's connection: still withheld (the store is the operator's, adopted once),
+    # and the worker that served it measures the broker's level.
+    assert heartbeat_error(gw) == UNSUPPORTED_VERSION
+    labels = f'feature="group.version",upstream="{own_kafka.bootstrap}"'
+    name = f"kafka_gateway_feature_broker_finalized_level{{{labels}}}"
+    assert wait_for(lambda: metric(gw, name), what=name) == 1
+    assert store.read() == adopted
+    assert len(log_lines(gw, "features.adopted")) == 1
