@@ -211,6 +211,10 @@ def test_a_fresh_fleet_adopts_at_start_and_the_next_gateway_adopts_nothing(
     assert store.read().epoch == 0  # written once
 
 
+def test_adoption_is_on_by_default() -> None:
+    assert load_config(None, {}).adopt_broker_features is True
+
+
 def test_adoption_is_off_with_the_key_and_in_a_worker(
     zookeeper: ZooKeeperProcess, chroot: str, store: FeatureStore
 ) -> None:
