@@ -147,16 +147,15 @@ cdef bint _tail_empty(const int32_t* program, const uint8_t* buf, Py_ssize_t pos
 
 cdef int _produce_acks(const uint8_t* p, Py_ssize_t size, int version) noexcept nogil:
     """acks of a whole Produce request (``p`` at its api key, ``size`` bytes), or 0 when
-    it cannot be read here (v0-v2, without transactional_id, included)."""
+    it cannot be read here."""
     cdef Py_ssize_t pos
-    if version < 3:
-        return 0
     # After key, version and correlation id: client_id, a nullable int16 string in every
-    # header version; from v9 (header v2) tagged fields, and a compact transactional_id.
+    # header version; from v9 (header v2) tagged fields; from v3 a transactional_id
+    # (compact from v9). v0-v2 (Kafka 3.9 takes them) have acks right after the header.
     pos = skip_blob(p, 8, size, False, 2)
     if pos >= 0 and version >= 9:
         pos = skip_tags(p, pos, size)
-    if pos >= 0:
+    if pos >= 0 and version >= 3:
         pos = skip_blob(p, pos, size, version >= 9, 2)
     if pos < 0 or pos + 2 > size:
         return 0

@@ -50,6 +50,8 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_client_aborts": ("counter", []),
     "kafka_gateway_sni_refused": ("counter", ["reason"]),
     "kafka_gateway_unknown_api_keys": ("counter", ["action"]),
+    # the versions of the APIs it decodes that its codec handles (server/negotiation.py)
+    "kafka_gateway_api_version_limit": ("gauge", ["api_key", "api"]),
     "kafka_gateway_feature_finalized_level": ("gauge", ["feature"]),
     "kafka_gateway_feature_finalized_epoch": ("gauge", []),
     "kafka_gateway_feature_supported_min_level": ("gauge", ["feature"]),
