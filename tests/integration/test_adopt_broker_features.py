@@ -91,7 +91,7 @@ def log_lines(gw: GatewayProcess, event: str) -> list[dict[str, Any]]:
 
 def brokers_levels(kafka: ApacheKafkaBroker) -> dict[str, int]:
     """What the broker finalized of the catalogue's features, each at most the level the
-    built-in catalogue lists (share.version: Kafka 4.4's 2, the catalogue's 1)."""
+    built-in catalogue lists (Kafka 4.4's levels are all listed)."""
     direct, _ = features(kafka.host, kafka.port)
     catalogue = load_catalogue(None)
     return {

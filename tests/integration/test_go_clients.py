@@ -443,7 +443,7 @@ def test_finalized_levels_within_supported_ranges(both_versions: tuple[dict, dic
     Kafka never answers so (a broker cannot run a level it does not support); the
     direct answer is checked the same way, as the premise. Through the gateway this held
     for share.version only once the merge capped finalized levels (Kafka 4.4 finalizes
-    share.version 2, the gateways' catalogue lists level 1).
+    share.version 2, which the gateways' catalogue listed as 1 until it listed level 2).
     """
     direct, gateway = both_versions
     assert finalized_out_of_range(direct) == {}, "premise: Kafka's own answer is consistent"

@@ -200,8 +200,8 @@ def test_admin_client_sees_the_gateway_as_the_cluster(
     assert run.one("topics")["has_topic"]
     assert run.one("topic")["leaders"] == {str(p): node for p in range(PARTITIONS)}
     # Without gating the client sees the broker's finalized features as the broker
-    # itself states them on its own port, never above what the gateway supports (Kafka
-    # 4.4 finalizes share.version 2; the built-in catalogue lists level 1).
+    # itself states them on its own port, never above what the gateway supports (a
+    # level a gateway's catalogue lacks is capped to its highest).
     broker, _ = api_versions(apache_kafka.host, apache_kafka.port)
     features = run.one("features")
     supported = {k: tuple(v) for k, v in features["supported"].items()}

@@ -92,8 +92,8 @@ def test_without_gating_a_client_sees_the_brokers_features_as_the_broker_reports
     through, _ = features(gateway.host, gateway.port)
     later, _ = features(kraft.host, kraft.port)
     assert "metadata.version" in direct.finalized, direct
-    # As the broker finalized them, never above what the gateway supports (Kafka 4.4
-    # finalizes share.version 2; the built-in catalogue lists level 1).
+    # As the broker finalized them, never above what the gateway supports (a level the
+    # gateway's catalogue lacks is capped to its highest).
     assert through.finalized == {
         name: (min(low, through.supported[name][1]), min(high, through.supported[name][1]))
         for name, (low, high) in direct.finalized.items()

@@ -51,7 +51,7 @@ KAFKA_44 = FeatureReport(
     epoch=120,
 )
 OURS = {name: (0, spec.max_level) for name, spec in CATALOGUE.items()}
-ADOPTED_44 = {"group.version": 1, "transaction.version": 2, "share.version": 1}
+ADOPTED_44 = {"group.version": 1, "transaction.version": 2, "share.version": 2}
 
 
 # -- the rules ---------------------------------------------------------------------------
@@ -62,11 +62,13 @@ def test_catalogue_features_are_adopted_at_the_level_every_live_gateway_supports
     assert plan.levels == ADOPTED_44
     # metadata.version is the brokers' alone, as featurectl --release-version skips it.
     assert "not in the gateways' feature catalogue" in plan.skipped["metadata.version"]
-    # The built-in catalogue lists share.version 1: lowered, and said so.
+    assert set(plan.skipped) == {"metadata.version"}
+    # A gateway whose catalogue lists share.version 1 only: lowered, and said so.
+    plan = plan_adoption(KAFKA_44, CATALOGUE, {**OURS, "share.version": (0, 1)}, {})
+    assert plan.levels == {**ADOPTED_44, "share.version": 1}
     assert plan.skipped["share.version"] == (
         f"finalized 2; adopted 1, the highest level {THIS_GATEWAY} supports"
     )
-    assert set(plan.skipped) == {"metadata.version", "share.version"}
 
 
 def test_a_live_gateway_that_cannot_serve_a_level_lowers_or_blocks_it() -> None:
@@ -207,7 +209,7 @@ def test_a_fresh_fleet_adopts_at_start_and_the_next_gateway_adopts_nothing(
 
     logs = asyncio.run(run())
     assert [line["upstream"] for line in adopted_lines(logs)] == [UPSTREAM]
-    assert adopted_lines(logs)[0]["skipped"].keys() == {"metadata.version", "share.version"}
+    assert adopted_lines(logs)[0]["skipped"].keys() == {"metadata.version"}
     assert store.read().epoch == 0  # written once
 
 
@@ -253,18 +255,24 @@ def test_a_level_the_brokers_hold_above_the_store_is_measured_logged_and_registe
     zookeeper: ZooKeeperProcess, chroot: str, store: FeatureStore
 ) -> None:
     # The operator's store: transaction.version only (group.version disabled on purpose).
-    store.write({"transaction.version": 2, "share.version": 1}, NO_EPOCH)
+    store.write({"transaction.version": 2, "share.version": 2}, NO_EPOCH)
+    # Brokers a release ahead: share.version 3, beyond every level the catalogue lists.
+    ahead_44 = FeatureReport(
+        supported={**KAFKA_44.supported, "share.version": (0, 3)},
+        finalized={**KAFKA_44.finalized, "share.version": 3},
+        epoch=KAFKA_44.epoch,
+    )
 
     async def run() -> list[dict[str, Any]]:
         with structlog.testing.capture_logs() as logs:
             g = await started(gate(zookeeper, chroot))
             for _ in range(3):  # every connection's answer: one line per change
-                g.set_available(UPSTREAM, gateway_supported(), KAFKA_44)
+                g.set_available(UPSTREAM, gateway_supported(), ahead_44)
             metric = g.metrics.feature_broker_finalized
             assert metric.labels("group.version", UPSTREAM)._value.get() == 1
-            assert metric.labels("share.version", UPSTREAM)._value.get() == 2
+            assert metric.labels("share.version", UPSTREAM)._value.get() == 3
             [registration] = store.registrations()
-            assert registration.broker_finalized == KAFKA_44.finalized
+            assert registration.broker_finalized == KAFKA_44.finalized  # the start's answer
             await g.stop()
         return logs
 
@@ -274,6 +282,6 @@ def test_a_level_the_brokers_hold_above_the_store_is_measured_logged_and_registe
     assert set(ahead) == {"group.version", "share.version"}
     assert ahead["group.version"]["log_level"] == "warning"
     assert ahead["group.version"]["action"] == "featurectl finalize --feature group.version=1"
-    # share.version 2 is beyond this gateway's catalogue: said, not alarmed.
+    # share.version 3 is beyond this gateway's catalogue: said, not alarmed.
     assert ahead["share.version"]["log_level"] == "info"
     assert sum(line["event"] == "features.broker_ahead" for line in logs) == 2
