@@ -330,7 +330,7 @@ class Gateway(Negotiation, Listeners):
     # -- connections -----------------------------------------------------------------
     def connection_opened(self, conn: ClientConnection) -> ClientInfo:
         self.connections.add(conn)
-        info = self.registry.add(conn.peer, conn.listener)
+        info = self.registry.add(conn.peer, conn.listener, principal=conn.principal)
         self.metrics.connections_total.labels(conn.listener).inc()
         self.metrics.connections_active.labels(conn.listener, *info.labels).inc()
         if self.stopping:
