@@ -344,6 +344,10 @@ class Gateway(Negotiation, Listeners):
             self.connections.discard(conn)
             self.limits.charge(conn.budget, conn.budget.charged, 0)
             conn.traffic.fold()
+            login = conn.inflight.sasl.login
+            if login is not None:
+                # Closed mid-login (Kafka closes on a failed v0 login): said, no principal.
+                login.abandon()
             if conn.info is not None:
                 self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
                 self.registry.remove(conn.info.connection_id)
