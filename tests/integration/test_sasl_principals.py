@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
@@ -31,6 +32,7 @@ from tests.harness.java_clients import JavaProbe, JavaToolMissing, build
 from tests.integration.secure_kafka import (
     OP_TIMEOUT_S,
     PASSWORD,
+    REAUTH_MS,
     USER,
     SecureKafka,
     assert_gateway_clean,
@@ -42,8 +44,9 @@ from tests.integration.secure_kafka import (
 )
 from tests.integration.test_featurectl import assert_ok, featurectl
 from tests.integration.test_features import CATALOGUE_A, FEATURE, start_gateway, wait_for
+from tests.integration.test_kafka_security import plain_login_v1
 from tests.integration.test_sasl import connect, handshake_v0, plain_login, raw_token
-from tests.integration.test_tls import produce_and_consume
+from tests.integration.test_tls import produce_and_consume, tls_connection
 
 OTHER = "bob"
 OTHER_PASSWORD = "bob-s3cr3t-pw"
@@ -228,6 +231,62 @@ def test_a_wrong_raw_v0_password_and_an_expired_token_leave_no_principal(
     records = json.loads(get_text(gw, "/clients"))
     assert not [p for r in records for p in r.get("principals", [])], records
     assert_no_secret(gw.log_text(), get_text(gw, "/clients"))
+    assert_gateway_clean(gw)
+
+
+def test_over_sasl_ssl_the_login_replaces_the_certificates_principal(
+    secure_kafka: SecureKafka, gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    # A client with a certificate logs in with SASL over TLS, the gateway speaking TLS to
+    # Kafka's SASL_SSL listener: as in Kafka, the connection is its SASL login's.
+    ca = trustme.CA()
+    ca_path, cert, key = (str(tmp_path / name) for name in ("ca.pem", "c.pem", "k.pem"))
+    ca.cert_pem.write_to_path(ca_path)
+    leaf = ca.issue_cert("client.test", common_name="intruder")
+    leaf.cert_chain_pems[0].write_to_path(cert)
+    leaf.private_key_pem.write_to_path(key)
+    gw = gateway_factory(
+        "--tls-cert", secure_kafka.keystore, "--tls-ca", ca_path, "--tls-client-auth",
+        "required", "--upstream-tls", "--upstream-tls-ca", secure_kafka.ca,
+        upstream=secure_kafka.addresses["SASL_SSL"], metrics=True,
+    )  # fmt: skip
+
+    def principals() -> list[Any]:
+        return [c["principal"] for c in json.loads(get_text(gw, "/connections"))]
+
+    with tls_connection(gw, secure_kafka.ca, cert, key) as conn:
+        conn.api_versions(3)
+        (tls,) = wait_for(principals, what="the connection")
+        assert tls.startswith("User:CN=intruder,")  # the DEFAULT rule: the whole subject
+        assert conn.request_entity(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        assert conn.request_entity(SaslAuthenticateRequest(auth_bytes=token)).error_code == 0
+        assert principals() == [f"User:{USER}"]
+    assert_no_secret(gw.log_text())
+    assert_gateway_clean(gw)
+
+
+def test_kip368_reauthentication_keeps_the_principal_and_a_refused_one_drops_it(
+    secure_kafka: SecureKafka, gateway_factory: GatewayFactory
+) -> None:
+    gw = gateway_factory(upstream=secure_kafka.addresses["REAUTH"], metrics=True)
+
+    def principals() -> list[Any]:
+        return [c["principal"] for c in json.loads(get_text(gw, "/connections"))]
+
+    with KafkaConnection(gw.host, gw.port, timeout=OP_TIMEOUT_S) as conn:
+        assert plain_login_v1(conn).error_code == 0
+        time.sleep(REAUTH_MS / 2000)  # Kafka allows one re-authentication a second
+        assert plain_login_v1(conn).error_code == 0  # KIP-368: the same user again
+        assert principals() == [f"User:{USER}"]
+        time.sleep(REAUTH_MS / 2000)
+        # Kafka refuses it and closes: the connection has no principal from then on.
+        assert plain_login_v1(conn, WRONG_PASSWORD).error_code == SASL_AUTHENTICATION_FAILED
+        assert principals() in ([None], [])
+    assert len(lines(gw, "sasl.authenticated")) == 1
+    assert not lines(gw, "sasl.principal_changed")
+    gw.wait_for_log(r'"event": "sasl.login_failed"')
+    assert_no_secret(gw.log_text())
     assert_gateway_clean(gw)
 
 
