@@ -42,6 +42,8 @@ ROW_FIELDS = (
     "fingerprint",  # str: hash of the (api_key, api_version) set it used ("" if none)
     "peers",  # list[str]: the top addresses (IPs) it connected from, most first
     "peer_connections",  # list[int]: connections opened from each of ``peers``
+    "principals",  # list[str]: the top principals ("User:...") it logged in as, most first
+    "principal_connections",  # list[int]: its connections that had each of ``principals``
     "connections_opened",  # int: connections opened (short-lived and refused included)
     "connections_active",  # int: connections open at the scrape
     "first_seen",  # float: epoch seconds
@@ -85,6 +87,8 @@ def arrow_schema() -> Any:
             ("fingerprint", pa.string()),
             ("peers", pa.list_(pa.string())),
             ("peer_connections", pa.list_(pa.int64())),
+            ("principals", pa.list_(pa.string())),
+            ("principal_connections", pa.list_(pa.int64())),
             ("connections_opened", pa.int64()),
             ("connections_active", pa.int64()),
             ("first_seen", pa.float64()),
@@ -98,6 +102,7 @@ def arrow_schema() -> Any:
 def row_of(gateway_id: str, scraped_ms: int, record: Mapping[str, Any]) -> dict[str, Any]:
     """One /clients record as a row of the Parquet schema (``scraped_at`` in ms)."""
     peers = record.get("peers") or []
+    principals = record.get("principals") or []  # absent from older gateways' records
     return {
         "gateway_id": gateway_id,
         "scraped_at": scraped_ms,
@@ -109,6 +114,8 @@ def row_of(gateway_id: str, scraped_ms: int, record: Mapping[str, Any]) -> dict[
         "fingerprint": str(record.get("fingerprint", "")),
         "peers": [str(p["ip"]) for p in peers],
         "peer_connections": [int(p.get("connections", 0)) for p in peers],
+        "principals": [str(p["principal"]) for p in principals],
+        "principal_connections": [int(p.get("connections", 0)) for p in principals],
         "connections_opened": int(record.get("connections_opened", 0)),
         "connections_active": int(record.get("connections_active", 0)),
         "first_seen": float(record.get("first_seen", 0.0)),
@@ -149,6 +156,8 @@ def _state(row: Mapping[str, Any]) -> tuple[Any, ...]:
         row["identity_version"],
         tuple(row["peers"]),
         tuple(row["peer_connections"]),
+        tuple(row["principals"]),
+        tuple(row["principal_connections"]),
         tuple(tuple(u.values()) for u in row["versions_used"]),
         tuple(tuple(r.values()) for r in row["versions_refused"]),
     )
@@ -229,6 +238,9 @@ def read_client_rows(root: str | Path) -> list[dict[str, Any]]:
     for path in files:
         for row in pq.read_table(path, schema=arrow_schema()).to_pylist():
             row["scraped_at"] = row["scraped_at"].timestamp()
+            # Files written before principals were recorded read them as null.
+            row["principals"] = row["principals"] or []
+            row["principal_connections"] = row["principal_connections"] or []
             key = _identity_key(row)
             first_seen[key] = min(first_seen.get(key, row["first_seen"]), row["first_seen"])
             mine = newest.get(key)

@@ -5,7 +5,8 @@ A connection is attributed to one identity once: when its first request names it
 id, when ApiVersions v3+ names its KIP-511 software, or when it closes (short-lived and
 refused connections count too). The record is keyed by (software name, software version,
 client id) and holds what an operator asks about a client: which addresses it comes
-from (the top few, never as metric labels), since when, how many connections it opened,
+from and as which principals it logged in (the top few of each, never as metric
+labels), since when, how many connections it opened,
 which API versions it used and which were refused, and why.
 
 Clients that announce no KIP-511 software (kafka-python, aiokafka, librdkafka before
@@ -100,6 +101,21 @@ def fingerprint(versions: Iterable[tuple[int, int]]) -> str:
 Key = tuple[str, str, str]  # (software name, software version, client id or "")
 
 
+def _count_in_slots(counts: dict[str, int], value: str) -> None:
+    """Count ``value`` in ``counts``, which keeps PEER_SLOTS values at most: when all
+    are taken, the least counted makes room (its count is lost)."""
+    if value in counts or len(counts) < PEER_SLOTS:
+        counts[value] = counts.get(value, 0) + 1
+        return
+    del counts[min(counts, key=counts.__getitem__)]
+    counts[value] = 1
+
+
+def _top(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """The TOP_PEERS values counted most, most first (ties by value)."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_PEERS]
+
+
 class ClientRecord:
     """One identity: its software, client id, addresses, lifetime and versions."""
 
@@ -113,6 +129,7 @@ class ClientRecord:
         "key",
         "last_seen",
         "peers",
+        "principals",
         "refused",
         "software_name",
         "software_version",
@@ -128,20 +145,19 @@ class ClientRecord:
         self.connections_opened = 0
         self.connections_active = 0
         self.peers: dict[str, int] = {}  # ip -> connections opened from it
+        # principal ("User:...") -> connections that had it (TLS or a SASL login)
+        self.principals: dict[str, int] = {}
         self.used: dict[tuple[int, int], int] = {}  # (api_key, api_version) -> requests
         self.refused: dict[tuple[int, int, str], int] = {}  # (key, version, reason) -> count
 
     def opened(self, ip: str) -> None:
         self.connections_opened += 1
         self.connections_active += 1
-        peers = self.peers
-        if ip in peers or len(peers) < PEER_SLOTS:
-            peers[ip] = peers.get(ip, 0) + 1
-            return
-        # All slots taken: the least used address makes room (its count is lost).
-        least = min(peers, key=peers.__getitem__)
-        del peers[least]
-        peers[ip] = 1
+        _count_in_slots(self.peers, ip)
+
+    def add_principal(self, principal: str) -> None:
+        """A connection of this identity is ``principal``'s."""
+        _count_in_slots(self.principals, principal)
 
     def unopened(self, ip: str) -> None:
         """Take back ``opened`` (a connection that turned out to be another identity)."""
@@ -165,8 +181,8 @@ class ClientRecord:
         self.refused[label] = self.refused.get(label, 0) + count
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready view; ``peers`` the top TOP_PEERS by connections."""
-        peers = sorted(self.peers.items(), key=lambda item: (-item[1], item[0]))[:TOP_PEERS]
+        """A JSON-ready view; ``peers`` and ``principals`` the top TOP_PEERS by
+        connections."""
         return {
             "software_name": self.software_name,
             "software_version": self.software_version,
@@ -174,7 +190,11 @@ class ClientRecord:
             "identity": self.identity,
             "identity_version": self.identity_version,
             "fingerprint": fingerprint(self.used),
-            "peers": [{"ip": ip, "connections": count} for ip, count in peers],
+            "peers": [{"ip": ip, "connections": count} for ip, count in _top(self.peers)],
+            "principals": [
+                {"principal": principal, "connections": count}
+                for principal, count in _top(self.principals)
+            ],
             "connections_opened": self.connections_opened,
             "connections_active": self.connections_active,
             "first_seen": self.first_seen,
@@ -251,6 +271,7 @@ def merge_snapshots(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any
     one identity summed, peers and versions merged, first/last seen widened."""
     merged: dict[Key, dict[str, Any]] = {}
     peers: dict[Key, dict[str, int]] = {}
+    principals: dict[Key, dict[str, int]] = {}
     used: dict[Key, dict[tuple[int, str, int], int]] = {}
     refused: dict[Key, dict[tuple[int, str, int, str], int]] = {}
     for part in parts:
@@ -260,7 +281,7 @@ def merge_snapshots(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any
             if mine is None:
                 merged[key] = mine = dict(entry)
                 mine["connections_opened"] = mine["connections_active"] = 0
-                peers[key], used[key], refused[key] = {}, {}, {}
+                peers[key], principals[key], used[key], refused[key] = {}, {}, {}, {}
             elif entry["last_seen"] >= mine["last_seen"]:
                 mine["identity"] = entry["identity"]
                 mine["identity_version"] = entry["identity_version"]
@@ -270,6 +291,9 @@ def merge_snapshots(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any
             mine["last_seen"] = max(mine["last_seen"], entry["last_seen"])
             for peer in entry["peers"]:
                 peers[key][peer["ip"]] = peers[key].get(peer["ip"], 0) + peer["connections"]
+            for p in entry.get("principals", ()):  # absent from older gateways' records
+                mine_p = principals[key]
+                mine_p[p["principal"]] = mine_p.get(p["principal"], 0) + p["connections"]
             for u in entry["versions_used"]:
                 k = (u["api_key"], u["api"], u["api_version"])
                 used[key][k] = used[key].get(k, 0) + u["count"]
@@ -278,8 +302,11 @@ def merge_snapshots(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any
                 refused[key][k2] = refused[key].get(k2, 0) + r["count"]
     out = []
     for key, mine in merged.items():
-        top = sorted(peers[key].items(), key=lambda item: (-item[1], item[0]))[:TOP_PEERS]
-        mine["peers"] = [{"ip": ip, "connections": count} for ip, count in top]
+        mine["peers"] = [{"ip": ip, "connections": count} for ip, count in _top(peers[key])]
+        mine["principals"] = [
+            {"principal": principal, "connections": count}
+            for principal, count in _top(principals[key])
+        ]
         mine["versions_used"] = [
             {"api_key": k, "api": a, "api_version": v, "count": c}
             for (k, a, v), c in sorted(used[key].items())

@@ -70,8 +70,11 @@ class ClientInfo:
         "peer",
         "pending_refused",
         "pending_used",
+        "principal",
         "record",
         "requests",
+        "sasl_login",
+        "sasl_mechanism",
         "software_name",
         "software_version",
     )
@@ -83,6 +86,7 @@ class ClientInfo:
         listener: str,
         connected_since: float,
         client_id: str | None = None,
+        principal: str | None = None,
     ) -> None:
         self.connection_id = connection_id
         self.peer = peer  # "host:port" of the client
@@ -90,6 +94,13 @@ class ClientInfo:
         self.client_id = client_id  # header client_id of the latest request
         self.software_name = UNKNOWN
         self.software_version = UNKNOWN
+        # "User:..." as Kafka names it (a SASL login the broker accepted, else a TLS
+        # client certificate's); None: neither. The mechanism of its last SASL login,
+        # and how that ended (gateway.protocol._sasl_login: authenticated, failed, or
+        # unobserved for GSSAPI and mechanisms whose principal is the broker's alone).
+        self.principal = principal
+        self.sasl_mechanism: str | None = None
+        self.sasl_login: str | None = None
         # The (name, version) its metric series carry: the software, or "other" past
         # max_client_software_labels (Metrics.software_labels).
         self._labels = (UNKNOWN, UNKNOWN)
@@ -166,6 +177,9 @@ class ClientInfo:
             "client_id": self.client_id,
             "software_name": self.software_name,
             "software_version": self.software_version,
+            "principal": self.principal,
+            "sasl_mechanism": self.sasl_mechanism,
+            "sasl_login": self.sasl_login,
             "connected_since": self.connected_since,
             "connected_since_iso": datetime.fromtimestamp(self.connected_since, UTC).isoformat(),
             "requests": self.requests,
@@ -174,14 +188,18 @@ class ClientInfo:
         }
 
     def log_fields(self) -> dict[str, Any]:
-        """The few fields every request-log line carries (cheap: no formatting)."""
-        return {
+        """The few fields every request-log line carries (cheap: no formatting); the
+        principal once there is one."""
+        fields = {
             "connection_id": self.connection_id,
             "peer": self.peer,
             "client_id": self.client_id,
             "client_software_name": self.software_name,
             "client_software_version": self.software_version,
         }
+        if self.principal is not None:
+            fields["principal"] = self.principal
+        return fields
 
     def __repr__(self) -> str:
         return (
@@ -210,13 +228,14 @@ class ConnectionRegistry:
         listener: str,
         client_id: str | None = None,
         connection_id: int | None = None,
+        principal: str | None = None,
     ) -> ClientInfo:
         """Register a new connection; ids are assigned in order unless given."""
         if connection_id is None:
             connection_id = next(self._ids)
         if connection_id in self._clients:
             raise ValueError(f"connection {connection_id} is already registered")
-        info = ClientInfo(connection_id, peer, listener, self._clock(), client_id)
+        info = ClientInfo(connection_id, peer, listener, self._clock(), client_id, principal)
         self._clients[connection_id] = info
         return info
 
@@ -249,6 +268,18 @@ class ConnectionRegistry:
         self.attribute(info)
         return True
 
+    def set_principal(
+        self, info: ClientInfo, principal: str | None, mechanism: str | None, outcome: str
+    ) -> None:
+        """A SASL login of ``info``'s connection ended (``outcome``): its principal is
+        now ``principal``, which its identity's record counts once per connection."""
+        changed = principal != info.principal
+        info.principal = principal
+        info.sasl_mechanism = mechanism
+        info.sasl_login = outcome
+        if changed and principal is not None and info.record is not None:
+            info.record.add_principal(principal)
+
     # -- identities (client_records) -------------------------------------------------------
     def attribute(self, info: ClientInfo) -> ClientRecord:
         """Count ``info``'s connection for its identity now (its software, client id and
@@ -261,6 +292,8 @@ class ConnectionRegistry:
             old.unopened(peer_ip(info.peer))
         record = self.identities.record(key, info.labels)
         record.opened(peer_ip(info.peer))
+        if info.principal is not None:
+            record.add_principal(info.principal)
         info.record = record
         if info.pending_used:
             record.add_used(info.pending_used)

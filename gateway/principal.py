@@ -7,8 +7,9 @@ rule whose pattern matches the *whole* subject gives the name, ``DEFAULT`` gives
 subject itself, and the principal is ``User:`` + that name. No rule applying means no
 principal (Kafka fails the authentication). Pure functions, no I/O.
 
-SASL is passed through to the broker, which authenticates it: the gateway never learns
-a SASL principal, so a connection's principal here only ever comes from TLS.
+A SASL login the broker accepted replaces this principal (``gateway.server.logins``,
+from ``gateway.protocol._sasl_login``): Kafka too names a SASL_SSL connection by its
+SASL login, not its certificate.
 """
 
 from __future__ import annotations

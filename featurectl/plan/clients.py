@@ -58,7 +58,7 @@ def classify_refusals(
     state: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(broken now, wants a feature it cannot get): each refusal row with ``remedy``,
-    ``client_ids`` and ``peers``; the second also ``feature``/``level`` (what would
+    ``client_ids``, ``peers`` and ``principals``; the second also ``feature``/``level`` (what would
     give it) and ``command`` where finalizing it is possible now."""
 
     cluster_max = {f["feature"]: f.get("cluster_max_level") for f in features}
@@ -260,6 +260,7 @@ def versions_by_client(
                 **dict(zip(CLIENT, key, strict=True)),
                 "client_ids": list(found.get("client_ids", [])),
                 "peers": list(found.get("peers", [])),
+                "principals": list(found.get("principals", [])),
                 "apis": apis,
                 "requests": p["requests"],
                 # The gateway's own record of the client, where there is one: the

@@ -67,10 +67,12 @@ def _key(row: Row) -> tuple[Any, Any]:
 
 
 def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str, Any]]:
-    """Per client software (name, version): client ids, peers (most connections first),
-    first and last seen, gateways and connections opened, over every gateway's record."""
+    """Per client software (name, version): client ids, peers and principals (most
+    connections first), first and last seen, gateways and connections opened, over
+    every gateway's record."""
     merged: dict[tuple[Any, Any], dict[str, Any]] = {}
     peers: dict[tuple[Any, Any], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    principals: dict[tuple[Any, Any], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in identities:
         key = _key(r)
         m = merged.setdefault(
@@ -94,6 +96,9 @@ def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str,
         m["connections_opened"] += opened
         for peer in r.get("peers") or ():
             peers[key][str(peer)] += max(1, opened)
+        counts = r.get("principal_connections") or ()
+        for i, principal in enumerate(r.get("principals") or ()):
+            principals[key][str(principal)] += int(counts[i]) if i < len(counts) else 1
         first, last = to_ms(r.get("first_seen")), to_ms(r.get("last_seen"))
         if first is not None:
             m["first_seen"] = first if m["first_seen"] is None else min(m["first_seen"], first)
@@ -102,22 +107,26 @@ def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str,
     out = {}
     for key, m in merged.items():
         ranked = sorted(peers[key].items(), key=lambda item: (-item[1], item[0]))
+        by_principal = sorted(principals[key].items(), key=lambda item: (-item[1], item[0]))
         out[key] = {
             **m,
             "client_ids": sorted(m["client_ids"]),
             "gateways": sorted(m["gateways"]),
             "fingerprints": sorted(m["fingerprints"]),
             "peers": [p for p, _ in ranked],
+            "principals": [p for p, _ in by_principal],
         }
     return out
 
 
 def who(row: Row, index: Mapping[tuple[Any, Any], Mapping[str, Any]]) -> dict[str, Any]:
-    """The client ids and addresses of a row's client software (empty when unknown)."""
+    """The client ids, addresses and principals of a row's client software (empty when
+    unknown)."""
     found = index.get(tuple(row.get(c) for c in CLIENT)) or {}
     return {
         "client_ids": list(found.get("client_ids", [])),
         "peers": list(found.get("peers", [])),
+        "principals": list(found.get("principals", [])),
     }
 
 

@@ -1,4 +1,5 @@
-"""TLS towards clients ([tls]) and towards the broker ([upstream_tls]).
+"""TLS towards clients ([tls]) and towards the broker ([upstream_tls]), and what the
+gateway reads of the SASL logins it passes through ([sasl]).
 
 Whether the files load, and whether they fit together, is checked in ``_validate``.
 """
@@ -22,6 +23,11 @@ def _rules(key: str, value: str) -> None:
         parse_rules(value)
     except PrincipalRuleError as exc:
         raise ConfigError("tls.principal_mapping_rules", str(exc)) from None
+
+
+def _claim(key: str, value: str) -> None:
+    if not value.strip():
+        raise ConfigError(key, "must name a claim of the token (Kafka's default: sub)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,14 @@ class Tls:
         check=_rules,
         why="Kafka's ssl.principal.mapping.rules: how a client certificate's subject "
         'becomes the connection\'s principal ("User:" + the result)',
+    )
+    sasl_oauthbearer_sub_claim_name: str = setting(
+        "sub",
+        table="sasl",
+        name="oauthbearer_sub_claim_name",
+        check=_claim,
+        why="Kafka's sasl.oauthbearer.sub.claim.name: the claim of an OAUTHBEARER token "
+        'that names who logged in (the principal is "User:" + it)',
     )
     upstream_tls: bool = setting(
         False,

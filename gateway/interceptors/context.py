@@ -2,10 +2,11 @@
 
 Interceptors (``gateway.interceptors.dispatch``) see a connection only through
 ``Exchange`` and the gateway only through ``GatewayView``: the negotiated versions, the
-feature gate, the principal and peer, metrics, and the few actions that touch the wire
-(answer locally, ask the upstream, close). ``gateway.server.exchange.ConnectionExchange``
-(a part of each connection) and ``gateway.server.app.Gateway`` satisfy them
-structurally, so nothing here imports the server layer.
+feature gate, the principal, SASL login and peer, metrics, and the few actions that
+touch the wire (answer locally, forward an observed request, ask the upstream, close).
+``gateway.server.exchange.ConnectionExchange`` (a part of each connection) and
+``gateway.server.app.Gateway`` satisfy them structurally, so nothing here imports the
+server layer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..features.report import FeatureReport
 from ..features.validation import FeatureUpdate, UpdateResult
 from ..features.znode import Finalized
 from ..observability.metrics import Metrics
-from ..protocol import InFlightRequest
+from ..protocol import InFlightRequest, RequestFrame, SaslLogin
 from ..versions import BrokerSoftware, VersionRange
 from .api_versions import SoftwareTags
 from .endpoints import AddressBook
@@ -76,9 +77,12 @@ class Exchange(Protocol):
     gateway: GatewayView
     listener: str
     peer: str
-    # "User:..." from a verified client certificate; None without one.
+    # "User:..." as Kafka names the connection: the SASL login the broker accepted,
+    # else the verified client certificate's (gateway.server.logins); None: neither.
     principal: str | None
     tls_subject: str | None
+    # The connection's SASL logins, from its first SaslHandshake on; None before.
+    sasl_login: SaslLogin | None
     info: ClientInfo | None
     upstream_address: HostPort
     # Negotiated ranges (None until the upstream answered ApiVersions) and the upstream's.
@@ -94,6 +98,9 @@ class Exchange(Protocol):
 
     def answer(self, entry: InFlightRequest, payload: bytes) -> None:
         """Send a gateway-made response (payload without length prefix) in its turn."""
+
+    def forward(self, request: RequestFrame) -> None:
+        """Send a held-back request upstream exactly as it came (an observed one)."""
 
     def ask_upstream(
         self,

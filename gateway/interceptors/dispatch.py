@@ -9,8 +9,9 @@ collects them and derives the tables this module applies:
   leaves them, and versions outside the negotiated ranges, out of its pass-through
   table, so a forwarded request costs one dict lookup by key and nothing else;
 * what to do with a request the table held back (``on_request``): the filter that
-  answers its key does (``Filter.answer``); anything else is rejected as Kafka would
-  (``reject``: UNSUPPORTED_VERSION, or a close);
+  answers its key does (``Filter.answer``); one that observes it is shown it and the
+  request goes upstream as it came (``Filter.sees_request``); anything else is rejected
+  as Kafka would (``reject``: UNSUPPORTED_VERSION, or a close);
 * how to rewrite a response whose key asked for it (``intercepts_response``,
   ``stream_policy`` and ``rewrite_frame``/``rewrite_head``/``rewrite_tail``): broker
   addresses (``addresses``, by the filter's mode) and what a filter adds after them
@@ -121,6 +122,13 @@ def answered_here(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[in
     ]
 
 
+def held_back(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
+    """API keys whose requests a connection to an upstream with these ranges hands to
+    the interceptors (``on_request``) instead of forwarding them after one lookup: the
+    keys answered here and the observed ones."""
+    return answered_here(gw, upstream) + list(registry.SEES_REQUESTS)
+
+
 def served_for_upstream(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
     """API keys the gateway serves whatever the upstream's versions (see ``replaces_upstream``)."""
     return [
@@ -137,6 +145,22 @@ def on_request(ctx: Exchange, request: RequestFrame) -> None:
     if ctx.info is not None and header.client_id is not None:
         ctx.info.client_id = header.client_id
     assert ctx.ranges is not None
+    sees = registry.SEES_REQUESTS.get(header.api_key)
+    if sees is not None:
+        allowed = ctx.ranges.get(header.api_key)
+        if allowed is not None and allowed[0] <= header.api_version <= allowed[1]:
+            try:
+                sees(ctx, request, body)
+            except Exception as exc:  # a bug must not cost the client its request
+                # The type only: the message of an error about a token may quote it.
+                limited.error(
+                    "request.observer_failed",
+                    api=api_name(header.api_key),
+                    error=type(exc).__name__,
+                    **ctx.who(),
+                )
+            ctx.forward(request)
+            return
     declared = registry.REQUESTS.get(header.api_key)
     if declared is not None:
         assert declared.answer is not None  # the registry's REQUESTS all answer
@@ -253,11 +277,11 @@ LAST_HEADS = addresses.LAST_HEADS
 
 
 def intercepts_response(
-    entry: InFlightRequest, _first: Callable[[int, int], int] = REWRITTEN_FROM.get
+    entry: InFlightRequest, _first: Callable[[int, int], int] = registry.RESPONSES_FROM.get
 ) -> bool:
     """The ``ResponseReader``'s policy: runs once per response, one dict lookup by key
-    (``REWRITTEN_FROM``). The gateway's own requests (``context`` set) go to their
-    handler."""
+    (``RESPONSES_FROM``: rewritten or observed). The gateway's own requests (``context``
+    set) go to their handler."""
     return entry.context is not None or entry.api_version >= _first(entry.api_key, 1 << 15)
 
 
@@ -275,9 +299,16 @@ def stream_policy(entry: InFlightRequest, size: int) -> TailFinder | HeadFinder 
 def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray:
     """The client's copy of a whole intercepted response (the frame itself if unchanged)."""
     entry = response.request
+    payload = memoryview(response.frame)[4:]
+    sees = registry.SEES_RESPONSES.get(entry.api_key)
+    if sees is not None:  # an observer: the response goes out as it came
+        try:
+            sees(ctx, entry, payload)
+        except Exception as exc:  # as below; the type only, as in on_request
+            ctx.rewrite_failed(entry, type(exc).__name__)
+        return response.frame
     spec = api_spec(entry.api_key)
     assert spec is not None  # only known keys are intercepted
-    payload = memoryview(response.frame)[4:]
     try:
         offset = response_body_offset(payload, spec.response_header_version(entry.api_version))
         original = payload[offset:]

@@ -12,7 +12,11 @@ A filter says, once, what the gateway does with its API beyond forwarding it opa
   connections (``answers_when``), for which versions (the negotiated ones, or every
   one with ``any_version``), and whether it then serves the API whatever versions the
   upstream offers (``replaces_upstream``). A held-back request no filter answers is
-  rejected as Kafka would (``reject``).
+  rejected as Kafka would (``reject``);
+* what it **observes**: requests held back only to be shown to a hook
+  (``sees_request``) and then forwarded exactly as they came, and responses gathered
+  whole only to be shown to one (``sees_response``) and forwarded as they came
+  (SaslAuthenticate: who logged in). Their versions are not capped to the codec.
 
 The declarations live one module per API in ``gateway.interceptors.apis``; the registry
 (``gateway.interceptors.registry``) collects them and derives every table the runtime
@@ -25,7 +29,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..protocol import RequestFrame
+from ..protocol import InFlightRequest, RequestFrame
 from ..versions import VersionRange
 from .context import Exchange, GatewayView
 
@@ -33,6 +37,8 @@ from .context import Exchange, GatewayView
 RequestHook = Callable[[Exchange, RequestFrame, memoryview], None]
 # After the address rewrite of a whole response body: (connection, version, body) → body.
 ResponseHook = Callable[[Exchange, int, bytes], bytes]
+# Shown a response that passes unchanged: (connection, the request it answers, payload).
+ResponseObserver = Callable[[Exchange, InFlightRequest, memoryview], None]
 # Whether a connection to an upstream with these ranges has its requests answered here.
 Applies = Callable[[GatewayView, dict[int, VersionRange]], bool]
 
@@ -73,6 +79,11 @@ class Filter:
     any_version: bool = False
     # The upstream does not limit the versions: the gateway serves the API for it.
     replaces_upstream: bool = False
+    # -- observed (the bytes pass unchanged) -------------------------------------------
+    # Shown each negotiated version's request, which is then forwarded as it came.
+    sees_request: RequestHook | None = None
+    # Shown each response, gathered whole, which then goes to the client as it came.
+    sees_response: ResponseObserver | None = None
 
     def __post_init__(self) -> None:
         rewrites = self.rewritten_from is not None
@@ -82,5 +93,8 @@ class Filter:
             raise ValueError(f"api key {self.api_key}: stream_tail_from needs Mode.TAIL")
         if self.answer is None and (self.any_version or self.replaces_upstream):
             raise ValueError(f"api key {self.api_key}: request options need an answer hook")
-        if not rewrites and self.answer is None:
+        observes = self.sees_request is not None or self.sees_response is not None
+        if observes and (rewrites or self.answer is not None):
+            raise ValueError(f"api key {self.api_key}: an observed API is not also changed")
+        if not rewrites and self.answer is None and not observes:
             raise ValueError(f"api key {self.api_key}: the filter intercepts nothing")

@@ -16,7 +16,10 @@ asks by key, so nothing below is kept by hand:
   forwards, which the gateway serves for the upstream); ``RESPONSE_EXTRAS``: what is
   added to a whole rewritten body;
 * ``DECODED``: api key → the first version the gateway decodes either way, whose schemas
-  the fork server loads once for every worker.
+  the fork server loads once for every worker;
+* ``SEES_REQUESTS``/``SEES_RESPONSES``: the hooks of observed APIs, whose frames pass
+  unchanged; ``RESPONSES_FROM``: api key → the first version whose response the response
+  reader hands to the interceptors (rewritten or observed).
 
 ``gateway.interceptors.dispatch`` applies these tables to a connection's frames.
 """
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from . import apis
-from .filter import Filter, Mode, ResponseHook
+from .filter import Filter, Mode, RequestHook, ResponseHook, ResponseObserver
 
 
 def discover(package: ModuleType) -> list[Filter]:
@@ -62,6 +65,9 @@ class Registry:
     requests: Mapping[int, Filter]
     response_extras: Mapping[int, ResponseHook]
     decoded: Mapping[int, int]
+    sees_requests: Mapping[int, RequestHook]
+    sees_responses: Mapping[int, ResponseObserver]
+    responses_from: Mapping[int, int]
 
 
 def derive(filters: Iterable[Filter]) -> Registry:
@@ -71,6 +77,8 @@ def derive(filters: Iterable[Filter]) -> Registry:
     decoded = dict(rewritten)
     for key in requests:
         decoded[key] = 0  # an answered request is decoded from its first version
+    sees_requests = {k: f.sees_request for k, f in by_key.items() if f.sees_request is not None}
+    sees_responses = {k: f.sees_response for k, f in by_key.items() if f.sees_response is not None}
     # Plain dicts, typed read-only: the response reader binds ``rewritten_from.get``, the
     # compiled lane reads it once per negotiated table, and the others are looked up
     # once per intercepted frame, where a mapping proxy's indirection would cost.
@@ -87,6 +95,9 @@ def derive(filters: Iterable[Filter]) -> Registry:
             k: f.after_rewrite for k, f in by_key.items() if f.after_rewrite is not None
         },
         decoded=decoded,
+        sees_requests=sees_requests,
+        sees_responses=sees_responses,
+        responses_from={**rewritten, **dict.fromkeys(sees_responses, 0)},
     )
 
 
@@ -100,3 +111,6 @@ STREAMED_TAILS = REGISTRY.streamed_tails
 REQUESTS = REGISTRY.requests
 RESPONSE_EXTRAS = REGISTRY.response_extras
 DECODED = REGISTRY.decoded
+SEES_REQUESTS = REGISTRY.sees_requests
+SEES_RESPONSES = REGISTRY.sees_responses
+RESPONSES_FROM = REGISTRY.responses_from

@@ -8,6 +8,7 @@ from ._apis import (
     FIND_COORDINATOR,
     METADATA,
     PRODUCE,
+    SASL_AUTHENTICATE,
     UPDATE_FEATURES,
     ApiSpec,
     api_name,
@@ -42,6 +43,7 @@ from ._headers import (
 from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
+from ._sasl_login import LoginWatcher, SaslLogin
 from ._scanner import COMPILED as SCANNER_COMPILED
 from ._walk import field_offset, measure, tags_offset, tail_program
 from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
@@ -54,6 +56,7 @@ __all__ = [
     "FIND_COORDINATOR",
     "METADATA",
     "PRODUCE",
+    "SASL_AUTHENTICATE",
     "SCANNER_COMPILED",
     "UPDATE_FEATURES",
     "ApiSpec",
@@ -63,6 +66,7 @@ __all__ = [
     "InFlightRequest",
     "Incomplete",
     "Item",
+    "LoginWatcher",
     "Malformed",
     "ProtocolViolation",
     "RequestFrame",
@@ -72,6 +76,7 @@ __all__ = [
     "ResponseHead",
     "ResponseReader",
     "ResponseTail",
+    "SaslLogin",
     "TailFinder",
     "TailPolicy",
     "UnreadableResponse",

@@ -150,7 +150,8 @@ class RequestReader(FrameReader):
                     return n
                 continue
             if why == TOKENS:
-                # Raw SASL tokens may follow: what comes next waits for the answer.
+                # A login starts; after v0, raw SASL tokens may follow: what comes next
+                # waits for the answer.
                 try:
                     mechanism = handshake_mechanism(mv[pos + 4 : min(end, n)])
                 except Incomplete:
@@ -169,6 +170,14 @@ class RequestReader(FrameReader):
                     data, pos, n, None, None, InFlightRequest, entries, counts, max_size, 1,
                     True,
                 )  # fmt: skip
+                if version != 0:  # v1: its tokens come in SaslAuthenticate requests
+                    inflight.sasl.begin_login(mechanism)
+                    if end > n:
+                        self._pass = end - n
+                        pos = n
+                        break
+                    pos = end
+                    continue
                 inflight.sasl.handshake_sent(entries[-1], mechanism)
                 if end > n:
                     self._pass = end - n

@@ -8,7 +8,7 @@ it to the oldest entry (``answers``) and counts it (``count_response``). The sca
 twin (``_scan_py``) is these loops under its ``PlainTable``; the readers
 (``RequestReader``, ``ResponseReader``) run them on what the scanner left, under their
 interceptors' policy, and handle only the frame where a loop stops: an intercepted
-one, a SaslHandshake v0, an acks=0 produce, a frame not all here yet, an answer the
+one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer the
 table's order does not settle (``InFlight.match_upstream``, ``finish``), or the error
 that closes the connection. ``_scan.pyx`` is the C copy of the same rules, held to this
 one by tests/unit/gateway/protocol/test_scan.py and test_lane.py. Why each rule holds:
@@ -48,7 +48,9 @@ _ACKS_WITHIN = 256
 PARTIAL = 0  # not all here (a reader takes a request if its acks are here, see below)
 LEFT = 1  # not the twin's to take (its table), or an answer the reader's to judge
 INTERCEPTED = 2  # a request a reader's policy asks for (counted; gathered by the reader)
-TOKENS = 3  # a SaslHandshake v0: raw SASL tokens may follow, what comes next waits
+# A SaslHandshake: its mechanism is read (a login starts); after v0, raw SASL tokens
+# may follow, and what comes next waits.
+TOKENS = 3
 UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (the twin leaves it)
 UNREADABLE = 5  # a Produce whose acks cannot be read (``produce_acks`` says why)
 DONE = 6  # no frame to stop at: fewer bytes than a head left, or ``most`` taken
@@ -108,8 +110,8 @@ def take_requests(
     takes) given: only whole frames of those. Else a frame may be the last, not all
     here (its end, returned, is then past ``end``), and ``intercept`` (a reader's
     ``RequestPolicy``) leaves the frames it asks for, counted (their entries come once
-    they are gathered). A SaslHandshake v0 is left unless ``tokens`` (the reader read
-    its mechanism); an acks=0 produce too, unless ``unanswered`` (a reader's
+    they are gathered). A SaslHandshake (any version) is left unless ``tokens`` (the
+    reader read its mechanism); an acks=0 produce too, unless ``unanswered`` (a reader's
     ``InFlight.add_acks0``, which counts it and may keep it) takes it."""
     pos = start
     view = None  # of buf, made for the first Produce
@@ -150,7 +152,7 @@ def take_requests(
                 return pos, UNREADABLE
             if not awaited and unanswered is None:
                 return pos, UNANSWERED
-        elif key == SASL_HANDSHAKE and version == 0 and not tokens:
+        elif key == SASL_HANDSHAKE and not tokens:
             return pos, TOKENS
         if awaited:
             entry = make(key, version, correlation_id)

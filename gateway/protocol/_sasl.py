@@ -54,6 +54,12 @@ connection's ``InFlight``). The rules:
    Apache Kafka 4.4 accepts one as a KIP-368 re-authentication on a listener with
    ``connections.max.reauth.ms`` set (raw tokens follow, as after the first), and answers
    ILLEGAL_SASL_STATE elsewhere (tests/integration/test_kafka_security.py).
+7. Who logged in (``gateway.protocol._sasl_login``): every SaslHandshake, v0 or v1,
+   starts a login of its mechanism (``SaslExchange.login``, made at the first one). With
+   v0 the first client token of a mechanism whose name is read is waited for whole (up
+   to ``TOKEN_READ_LIMIT``; a longer one names nobody) before it is forwarded, and each
+   broker token is an answer; with v1 the SaslAuthenticate filter feeds the same login
+   (``gateway.interceptors.apis.sasl_authenticate``). Not a byte changes either way.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from ._apis import api_spec
+from ._sasl_login import OAUTHBEARER, TOKEN_READ_LIMIT, LoginWatcher, SaslLogin
 from ._walk import skip_tagged_fields
 from ._wire import (
     Incomplete,
@@ -80,7 +87,6 @@ FIXED_ROUNDS: dict[str, int] = {
     "SCRAM-SHA-512": 2,
     "OAUTHBEARER": 1,
 }
-OAUTHBEARER = "OAUTHBEARER"
 
 # Client bytes held while the exchange waits for the broker: Kafka's default
 # sasl.server.max.receive.size. A client that waits for its turn holds nothing here.
@@ -149,10 +155,12 @@ class SaslExchange:
         "client_tokens",
         "completed",
         "handshake",
+        "login",
         "mechanism",
         "rounds",
         "server_tokens",
         "state",
+        "watcher",
     )
 
     def __init__(self) -> None:
@@ -165,16 +173,30 @@ class SaslExchange:
         self.client_tokens = 0
         self.server_tokens = 0
         self.completed = 0  # raw-token exchanges that ended with a return to requests
+        # Who logged in: made at the first SaslHandshake, told to ``watcher`` (the
+        # connection's, set by the server layer; None: nobody listens).
+        self.login: SaslLogin | None = None
+        self.watcher: LoginWatcher | None = None
+
+    def begin_login(self, mechanism: str) -> None:
+        """A SaslHandshake (v0 or v1) asked for ``mechanism``: a login starts."""
+        login = self.login
+        if login is None:
+            login = self.login = SaslLogin(self.watcher)
+        login.begin(mechanism, FIXED_ROUNDS.get(mechanism))
 
     def handshake_sent(self, entry: InFlightRequest, mechanism: str) -> None:
         self.state = HANDSHAKE
         self.handshake = entry
         self.mechanism = mechanism
+        self.begin_login(mechanism)
 
     def handshake_answered(self, error_code: int) -> None:
         self.handshake = None
         if error_code != 0:
             self.state = IDLE
+            if self.login is not None:
+                self.login.abandon()
             return
         self.state = TOKENS
         self.rounds = FIXED_ROUNDS.get(self.mechanism)
@@ -200,12 +222,24 @@ class SaslExchange:
             return TOKEN
         if self.client_tokens > self.server_tokens:
             return HOLD
+        login = self.login
+        if login is not None:
+            if not login.wants_token:
+                login.client_token(None)
+            elif complete:
+                login.client_token(payload)
+            elif len(payload) <= TOKEN_READ_LIMIT:
+                return MORE  # the name is in the first token: read it whole
+            else:
+                login.client_token(None)
         self.client_tokens += 1
         return TOKEN
 
     def server_frame(self, size: int) -> None:
         """A broker token of ``size`` bytes starts (state TOKENS)."""
         self.server_tokens += 1
+        if self.login is not None:
+            self.login.server_token(0, size)
         rounds = self.rounds
         if rounds is None:
             return

@@ -330,7 +330,7 @@ class Gateway(Negotiation, Listeners):
     # -- connections -----------------------------------------------------------------
     def connection_opened(self, conn: ClientConnection) -> ClientInfo:
         self.connections.add(conn)
-        info = self.registry.add(conn.peer, conn.listener)
+        info = self.registry.add(conn.peer, conn.listener, principal=conn.principal)
         self.metrics.connections_total.labels(conn.listener).inc()
         self.metrics.connections_active.labels(conn.listener, *info.labels).inc()
         if self.stopping:
@@ -344,6 +344,10 @@ class Gateway(Negotiation, Listeners):
             self.connections.discard(conn)
             self.limits.charge(conn.budget, conn.budget.charged, 0)
             conn.traffic.fold()
+            login = conn.inflight.sasl.login
+            if login is not None:
+                # Closed mid-login (Kafka closes on a failed v0 login): said, no principal.
+                login.abandon()
             if conn.info is not None:
                 self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
                 self.registry.remove(conn.info.connection_id)

@@ -7,8 +7,12 @@ The connection knows no API by name. Interceptors registered by API key decide: 
 exchange's pass-through table (the negotiated ranges minus the keys answered here)
 forwards a request after one dict lookup (``intercepts``); a request it holds back goes
 to ``dispatch.on_request``, which answers it locally (ApiVersions, UpdateFeatures, a
-synthesized DescribeCluster) or rejects it as Kafka would; a response whose key asked
-for it comes back rewritten from ``dispatch.rewrite_*``."""
+synthesized DescribeCluster), shows it to an observer and forwards it as it came
+(``forward``: SaslAuthenticate), or rejects it as Kafka would; a response whose key asked
+for it comes back rewritten from ``dispatch.rewrite_*``.
+
+The exchange also hears how the connection's SASL logins end (``sasl_settled``, as the
+sans-I/O login's ``LoginWatcher``) and applies them (``gateway.server.logins``)."""
 
 from __future__ import annotations
 
@@ -23,8 +27,17 @@ from ..features.report import FeatureReport
 from ..interceptors import dispatch
 from ..interceptors.context import InternalHandler
 from ..observability.logging import RateLimitedLogger
-from ..protocol import InFlight, InFlightRequest, ProtocolViolation, RequestFrame, api_of, frame
+from ..protocol import (
+    InFlight,
+    InFlightRequest,
+    ProtocolViolation,
+    RequestFrame,
+    SaslLogin,
+    api_of,
+    frame,
+)
 from ..versions import VersionRange
+from . import logins
 from .services import Folding, GatewayServices
 
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
@@ -70,6 +83,8 @@ class ConnectionExchange:
     def __init__(self, conn: Exchanging) -> None:
         self._conn = conn
         self.gateway = conn.gateway
+        # Told how each SASL login of the connection ends (none without SASL).
+        conn.inflight.sasl.watcher = self
         # The negotiated ranges minus the keys answered here: what passes untouched
         # (``ClientConnection.renegotiate``).
         self.passthrough: dict[int, VersionRange] = {}
@@ -163,6 +178,19 @@ class ConnectionExchange:
     def closed(self) -> bool:
         return self._conn.closed
 
+    @property
+    def sasl_login(self) -> SaslLogin | None:
+        return self._conn.inflight.sasl.login
+
+    # -- SASL logins (``protocol.LoginWatcher``) -----------------------------------------
+    @property
+    def sasl_claim(self) -> str:
+        """The OAUTHBEARER token claim that names who logged in."""
+        return self.gateway.config.sasl_oauthbearer_sub_claim_name
+
+    def sasl_settled(self, login: SaslLogin, previous: str | None) -> None:
+        logins.settled(self._conn, login, previous)
+
     # -- what interceptors may do -------------------------------------------------------
     def answer(self, entry: InFlightRequest, payload: bytes) -> None:
         conn = self._conn
@@ -170,6 +198,14 @@ class ConnectionExchange:
         if conn.client is not None and frames:
             conn.client.writelines(frames)
         conn.answered_here()
+
+    def forward(self, request: RequestFrame) -> None:
+        # Held back as answered requests are (its entry made then, in the client's
+        # order), it goes upstream after all: its answer is now the broker's.
+        request.request.to_upstream = True
+        upstream = self._conn.upstream
+        assert upstream is not None  # requests are read once the upstream answered
+        upstream.write(request.frame)
 
     def ask_upstream(
         self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler

@@ -104,7 +104,7 @@ class Negotiation:
         for api_key, lowest in refused_below(upstream).items():
             if api_key in passthrough:  # advertised as the broker does, refused here
                 passthrough[api_key] = (max(lowest, passthrough[api_key][0]), ranges[api_key][1])
-        for api_key in dispatch.answered_here(self, upstream):
+        for api_key in dispatch.held_back(self, upstream):
             passthrough.pop(api_key, None)
         caps = self.features.caps_for(upstream_features)
         for api_key, (low, high) in ranges.items():

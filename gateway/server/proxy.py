@@ -164,7 +164,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.info: ClientInfo | None = None
         self.peer = self.peer_ip = "?"
         self.tls_subject: str | None = None
-        # "User:..." from a verified client certificate; SASL principals are never seen here.
+        # "User:..." from a certificate, until a SASL login replaces it (server.logins).
         self.principal: str | None = None
         # Negotiated ranges; None until the upstream answered ApiVersions.
         self.ranges: dict[int, VersionRange] | None = None

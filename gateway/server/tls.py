@@ -141,8 +141,8 @@ def client_identity(
     ssl_object: ssl.SSLObject | ssl.SSLSocket | None, mapping_rules: str
 ) -> tuple[str | None, str | None]:
     """(subject, principal) of the verified client certificate, the principal "User:..."
-    by ssl.principal.mapping.rules; (None, None) without TLS or a certificate. SASL
-    principals are the broker's: the gateway never sees them."""
+    by ssl.principal.mapping.rules; (None, None) without TLS or a certificate. A SASL
+    login the broker accepts replaces the principal (``gateway.server.logins``)."""
     if ssl_object is None:
         return None, None
     principal = principal_of(cached_rules(mapping_rules), ssl_object.getpeercert())

@@ -53,9 +53,8 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         limited.warning(
             "request.update_features_refused",
             updates=[f"{u.feature}={u.level}" for u in parsed.updates],
-            principal=ctx.principal or ANONYMOUS,
             why=refusal,
-            **ctx.who(),
+            **{**ctx.who(), "principal": ctx.principal or ANONYMOUS},
         )
         results = [
             UpdateResult(u.feature, CLUSTER_AUTHORIZATION_FAILED, message) for u in parsed.updates

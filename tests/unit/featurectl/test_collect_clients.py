@@ -15,7 +15,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from featurectl import cli
-from featurectl.clients_dataset import ROW_FIELDS, ClientSink, read_client_rows
+from featurectl.clients_dataset import (
+    ROW_FIELDS,
+    ClientSink,
+    arrow_schema,
+    read_client_rows,
+    rows_from,
+)
 from featurectl.plan.readers import read_clients
 from featurectl.scrape import clients_url
 from gateway.client_records import ClientRecords
@@ -30,6 +36,8 @@ def gateway_records(now: float) -> list[dict[str, Any]]:
         old.opened("10.1.2.3")
     old.opened("10.9.9.9")
     old.connections_active = 0
+    for principal in ("User:legacy", "User:legacy", "User:ops"):
+        old.add_principal(principal)
     old.add_used({(3, 1): 4, (0, 2): 3})
     old.add_refused(0, 2, "unsupported_version", 3)
     rd = records.record(("librdkafka", "2.6.1", "rdkafka"), ("librdkafka", "2.6.1"))
@@ -123,6 +131,8 @@ def test_collect_writes_the_clients_and_read_clients_returns_plain_rows(
         "fingerprint": old["fingerprint"],
         "peers": ["10.1.2.3", "10.9.9.9"],
         "peer_connections": [3, 1],
+        "principals": ["User:legacy", "User:ops"],
+        "principal_connections": [2, 1],
         "connections_opened": 4,
         "connections_active": 0,
         "first_seen": now,
@@ -166,3 +176,22 @@ def test_the_newest_row_of_an_identity_wins_with_its_earliest_first_seen(tmp_pat
     assert old["connections_opened"] == 1 and old["scraped_at"] == 1_764_000_102.0
     assert old["first_seen"] == 1_764_000_000.0 and old["last_seen"] == 1_764_000_100.0
     assert read_client_rows(tmp_path / "nothing") == []
+
+
+def test_rows_written_before_principals_were_recorded_read_with_none(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = rows_from(gateway_records(1_764_000_000.0), "gw-a", 1_764_000_001_000)
+    schema = arrow_schema()
+    older = pa.schema([f for f in schema if not f.name.startswith("principal")])
+    directory = tmp_path / "clients" / "date=2025-11-24"
+    directory.mkdir(parents=True)
+    for row in rows:
+        del row["principals"], row["principal_connections"]
+    pq.write_table(pa.Table.from_pylist(rows, schema=older), directory / "part-old.parquet")
+    read = read_client_rows(tmp_path)
+    assert [(r["client_id"], r["principals"], r["principal_connections"]) for r in read] == [
+        ("legacy-app-7", [], []),
+        ("rdkafka", [], []),
+    ]

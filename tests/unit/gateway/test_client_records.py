@@ -312,3 +312,44 @@ def test_the_supervisor_merges_workers_records_by_identity() -> None:
     assert merged["versions_refused"][0]["count"] == 5
     assert merged["first_seen"] == 1_700_000_000.0 and merged["last_seen"] == 1_700_000_020.0
     assert merged["fingerprint"] == fingerprint([(0, 2)])
+
+
+def test_principals_are_counted_per_connection_and_merged_across_workers() -> None:
+    metrics = Metrics()
+    registry = ConnectionRegistry()
+    tls = registry.add("10.0.0.1:5000", "plain", principal="User:ops")  # a certificate's
+    registry.first_read(connection_of(registry, metrics, tls), request_header(17, 1, "app"))
+    sasl = connection(registry, metrics)
+    registry.first_read(sasl, request_header(17, 1, "app"))
+    info = sasl.info
+    assert info.principal is None  # attributed before its login ended
+    registry.set_principal(info, "User:alice", "SCRAM-SHA-512", "authenticated")
+    registry.set_principal(info, "User:alice", "SCRAM-SHA-512", "authenticated")  # KIP-368
+    assert (info.principal, info.sasl_mechanism, info.sasl_login) == (
+        "User:alice",
+        "SCRAM-SHA-512",
+        "authenticated",
+    )
+    assert info.log_fields()["principal"] == "User:alice"
+    assert info.as_dict()["sasl_mechanism"] == "SCRAM-SHA-512"
+    registry.set_principal(info, None, "SCRAM-SHA-512", "failed")  # a failed re-login
+    assert info.principal is None and "principal" not in info.log_fields()
+    [record] = registry.identities_snapshot()
+    assert record["principals"] == [
+        {"principal": "User:alice", "connections": 1},
+        {"principal": "User:ops", "connections": 1},
+    ]
+    twice = merge_snapshots([[record], [record]])[0]["principals"]
+    assert twice == [
+        {"principal": "User:alice", "connections": 2},
+        {"principal": "User:ops", "connections": 2},
+    ]
+    older = {k: v for k, v in record.items() if k != "principals"}  # before principals
+    assert merge_snapshots([[older]])[0]["principals"] == []
+
+
+def connection_of(registry: ConnectionRegistry, metrics: Metrics, info):
+    gateway = SimpleNamespace(
+        config=SimpleNamespace(max_client_identities=100), metrics=metrics, registry=registry
+    )
+    return SimpleNamespace(info=info, listener="plain", gateway=gateway)

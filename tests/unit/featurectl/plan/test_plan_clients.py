@@ -53,6 +53,8 @@ IDENTITIES = [
         "identity_version": "2.0.2",
         "fingerprint": "f00d",
         "peers": ["10.0.0.7", "10.0.0.8"],
+        "principals": ["User:legacy", "User:ops"],
+        "principal_connections": [1, 299],
         "connections_opened": 300,
         "first_seen": "2025-01-06T00:00:20Z",
         "last_seen": T0 + 50_000,
@@ -83,6 +85,7 @@ def test_a_pinned_old_client_is_broken_now_and_a_kip848_consumer_wants_group_ver
     ]
     old = broken[0]
     assert old["client_ids"] == ["legacy-producer"] and old["peers"] == ["10.0.0.7", "10.0.0.8"]
+    assert old["principals"] == ["User:ops", "User:legacy"]  # most connections first
     assert "older than the brokers behind the gateway accept (others use v7-v11)" in old["remedy"]
     assert "upgrade the library or unpin" in old["remedy"] and "api_version unset" in old["remedy"]
     assert broken[1]["remedy"] == cl.UNATTRIBUTED
@@ -325,9 +328,10 @@ def test_report_md_has_broken_now_wanting_losses_and_the_version_table(tmp_path:
         "## API versions by client",
     ):
         assert heading in md, heading
-    assert "| kafka-python 2.0.2 | legacy-producer | 10.0.0.7, 10.0.0.8 | Produce | 2 |" in md
-    assert "| librdkafka 2.6.1 | - | - | ConsumerGroupHeartbeat | 0 | gated_by_feature |" in md
-    assert "| librdkafka 2.6.1 | - | - | Produce 12* | 900 |" in md
+    row = "| kafka-python 2.0.2 | legacy-producer | 10.0.0.7, 10.0.0.8 | User:ops, User:legacy |"
+    assert row + " Produce | 2 |" in md
+    assert "| librdkafka 2.6.1 | - | - | - | ConsumerGroupHeartbeat | 0 | gated_by_feature |" in md
+    assert "| librdkafka 2.6.1 | - | - | - | Produce 12* | 900 |" in md
     assert "v11 and lower" in md and cl.RECONNECT in md
 
 
@@ -345,18 +349,19 @@ def test_the_broken_and_wanting_tables_columns_cell_by_cell() -> None:
         refusals, CATALOGUE, {}, features(**{"group.version": 1}), [], index, STATE
     )
     broken[0]["client_ids"] = ["a", "b", "c", "d", "e"]  # more than the table shows
-    shared = ["client software", "client ids", "addresses", "API", "version", "reason", "refused"]
+    shared = ["client software", "client ids", "addresses", "principals", "API", "version",
+              "reason", "refused"]  # fmt: skip
     header, rows = broken_table(broken)
     assert header == [*shared, "gateways", "last refused", "remedy"]
     assert rows == [
-        ("kafka-python 2.0.2", "a, b, c (+2)", "10.0.0.7, 10.0.0.8", "Produce", 2,
-         "unsupported_version", "300", "gw-a", T0 + 60_000, broken[0]["remedy"]),
-        ("(not labelled)", "-", "-", "-", "-", "oversize_frame", "2", "gw-a", T0 + 60_000,
+        ("kafka-python 2.0.2", "a, b, c (+2)", "10.0.0.7, 10.0.0.8", "User:ops, User:legacy",
+         "Produce", 2, "unsupported_version", "300", "gw-a", T0 + 60_000, broken[0]["remedy"]),
+        ("(not labelled)", "-", "-", "-", "-", "-", "oversize_frame", "2", "gw-a", T0 + 60_000,
          cl.UNATTRIBUTED),
     ]  # fmt: skip
     header, rows = wanting_table([*wanting, {**wanting[0], "command": None}])
     assert header == [*shared, "needs", "what it takes", "command"]
-    want = ("librdkafka 2.6.1", "-", "-", "ConsumerGroupHeartbeat", 0, "gated_by_feature",
+    want = ("librdkafka 2.6.1", "-", "-", "-", "ConsumerGroupHeartbeat", 0, "gated_by_feature",
             "1,234", "group.version=1", wanting[0]["remedy"])  # fmt: skip
     assert rows == [(*want, wanting[0]["command"]), (*want, "-")]
     assert wanting[0]["command"].endswith("--feature group.version=1")

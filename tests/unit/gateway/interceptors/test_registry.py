@@ -21,6 +21,7 @@ from gateway.protocol import (
     FIND_COORDINATOR,
     METADATA,
     PRODUCE,
+    SASL_AUTHENTICATE,
     UPDATE_FEATURES,
 )
 
@@ -75,6 +76,22 @@ def test_what_the_gateway_intercepts_today() -> None:
     assert registry.REQUESTS[API_VERSIONS].any_version
     served = {k for k, f in registry.REQUESTS.items() if f.replaces_upstream}
     assert served == {UPDATE_FEATURES, DESCRIBE_CLUSTER}
+    # SaslAuthenticate is only observed (who logs in): held back, shown, passed on as it
+    # came both ways, and neither decoded nor capped to the codec.
+    assert set(registry.SEES_REQUESTS) == set(registry.SEES_RESPONSES) == {SASL_AUTHENTICATE}
+    assert registry.RESPONSES_FROM == {**registry.REWRITTEN_FROM, SASL_AUTHENTICATE: 0}
+    assert SASL_AUTHENTICATE not in registry.DECODED
+    assert SASL_AUTHENTICATE not in dispatch.codec_limits()
+
+
+def test_an_observed_api_is_not_also_changed() -> None:
+    def hook(*args: object) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="not also changed"):
+        Filter(SASL_AUTHENTICATE, rewritten_from=0, sees_response=hook)
+    with pytest.raises(ValueError, match="not also changed"):
+        Filter(SASL_AUTHENTICATE, answer=hook, sees_request=hook)
 
 
 def gateway_view(*, features: bool, synthesizes: bool) -> SimpleNamespace:
@@ -90,6 +107,8 @@ def test_answered_here_follows_each_filters_condition(features: bool, synthesize
     conditional = {UPDATE_FEATURES, DESCRIBE_CLUSTER} if features else set()
     assert set(dispatch.answered_here(gw, {})) == {API_VERSIONS} | conditional  # type: ignore[arg-type]
     assert set(dispatch.served_for_upstream(gw, {})) == conditional  # type: ignore[arg-type]
+    held = set(dispatch.held_back(gw, {}))  # type: ignore[arg-type]
+    assert held == {API_VERSIONS, SASL_AUTHENTICATE} | conditional
 
 
 def test_the_lane_tables_keep_to_the_forwarded_rewritten_versions() -> None:

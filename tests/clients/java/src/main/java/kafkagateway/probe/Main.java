@@ -4,6 +4,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.CommonClientConfigs;
+import org.apache.kafka.common.config.SaslConfigs;
 
 /**
  * A Java Kafka client (kafka-clients 4.x) run through a kafka-gateway, one scenario per run.
@@ -16,7 +17,8 @@ import org.apache.kafka.clients.CommonClientConfigs;
  *
  * <p>Scenarios: {@code produce}, {@code consume}, {@code transactions}, {@code admin},
  * {@code share}; their options are in {@link Producing}, {@link Consuming} and
- * {@link AdminProbe}.
+ * {@link AdminProbe}. Every scenario logs in with SASL given {@code --sasl-mechanism}
+ * ({@link #sasl}).
  */
 public final class Main {
   private Main() {}
@@ -57,7 +59,29 @@ public final class Main {
     props.put(CommonClientConfigs.SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_CONFIG, "5000");
     props.put(CommonClientConfigs.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
     props.put(CommonClientConfigs.RETRY_BACKOFF_MAX_MS_CONFIG, "1000");
+    if (opts.has("sasl-mechanism")) {
+      sasl(props, opts);
+    }
     return props;
+  }
+
+  /**
+   * SASL_PLAINTEXT with {@code --sasl-mechanism} (PLAIN, SCRAM-SHA-256/512) as
+   * {@code --sasl-username} with {@code --sasl-password}.
+   */
+  static void sasl(Properties props, Options opts) {
+    String mechanism = opts.get("sasl-mechanism");
+    String module =
+        mechanism.startsWith("SCRAM-")
+            ? "org.apache.kafka.common.security.scram.ScramLoginModule"
+            : "org.apache.kafka.common.security.plain.PlainLoginModule";
+    props.put(CommonClientConfigs.SECURITY_PROTOCOL_CONFIG, "SASL_PLAINTEXT");
+    props.put(SaslConfigs.SASL_MECHANISM, mechanism);
+    props.put(
+        SaslConfigs.SASL_JAAS_CONFIG,
+        String.format(
+            "%s required username=\"%s\" password=\"%s\";",
+            module, opts.get("sasl-username"), opts.get("sasl-password")));
   }
 
   /** {@code --name value} pairs after the scenario name. */
