@@ -186,6 +186,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         timings=clock.timings,
         refusals=who["refusals"],
         broken_now=broken,
+        negotiated=clients.negotiated(who["refusals"]),
         wanting=wanting,
         versions_by_client=who["versions"],
         identities=who["identities"],

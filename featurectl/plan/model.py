@@ -54,6 +54,9 @@ class PlanData:
     refusals: list[dict[str, Any]] = field(default_factory=list)
     broken_now: list[dict[str, Any]] = field(default_factory=list)
     wanting: list[dict[str, Any]] = field(default_factory=list)
+    # ApiVersions refused as too new and retried lower: negotiation, not breakage
+    # (clients.negotiated); said in a note, never counted as broken.
+    negotiated: list[dict[str, Any]] = field(default_factory=list)
     # Per client software: the API versions it used (clients.versions_by_client).
     versions_by_client: list[dict[str, Any]] = field(default_factory=list)
     # How many client records (readers.read_clients) the plan had: 0 means the client

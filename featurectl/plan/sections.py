@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from featurectl.plan.caps import capped_summary
+from featurectl.plan.clients import NEGOTIATION
 from featurectl.plan.decide import client_label
 
 # Rows of the clients table in the reports (plan.json has all of them).
@@ -89,6 +90,11 @@ def notes(doc: Mapping[str, Any]) -> list[str]:
         )
     if not doc.get("identities") and doc.get("api_versions_by_client") is not None:
         said.append(NO_IDENTITIES)
+    negotiated = doc.get("negotiated") or []
+    if negotiated:
+        who = sorted({_client(r) for r in negotiated})
+        total = sum(r.get("requests") or 0.0 for r in negotiated)
+        said.append(f"{total:,.0f} {NEGOTIATION} (clients: {_some(who)})")
     if any(g["scrapes"] < 2 for g in doc["dataset"]["gateway_spans"]):
         said.append(
             "Some gateways were scraped only once: their request counts are totals since the "
