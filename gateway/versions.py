@@ -303,3 +303,49 @@ def fingerprint(upstream: Mapping[int, VersionRange]) -> BrokerSoftware:
         return UNKNOWN_SOFTWARE
     best = max(guesses, key=_Guess.rank)
     return BrokerSoftware(APACHE_KAFKA, best.version())
+
+
+# --- what a release refuses ------------------------------------------------------------
+
+# Kafka 4.0 removed Produce v0-2 (KIP-896) yet its brokers still advertise Produce from
+# v0, so that librdkafka clients which read a minimum above 0 as "no Produce" keep
+# working (KAFKA-18659); a broker of 4.0 or later closes the connection on a Produce
+# v0-2 request. The advertised tables cannot show that, so it is written here, once:
+# key -> (first release, lowest version it accepts).
+ACCEPTED_ABOVE_ADVERTISED: dict[int, tuple[tuple[int, ...], int]] = {0: ((4, 0), 3)}
+
+
+def release_track(name: str) -> str:
+    """The track a release's brokers are read from: KRaft from 4.0 (ZooKeeper mode is
+    gone), ZooKeeper mode before (the mode most clusters still ran on 3.x)."""
+    return "kraft" if _number(name) >= (4, 0) else "zookeeper"
+
+
+def release_named(name: str) -> Release:
+    """The row of Kafka release ``name`` ("4.0"; "4.0.2" reads as its minor release) on
+    its track (``release_track``). KeyError names the known releases."""
+    minor = ".".join(name.strip().split(".")[:2])
+    try:
+        track = release_tracks()[release_track(minor)]
+    except ValueError:
+        track = ()
+    for release in track:
+        if release.name == minor:
+            return release
+    known = sorted({r.name for rows in release_tracks().values() for r in rows}, key=_number)
+    raise KeyError(f"unknown Apache Kafka release {name!r}; known: {', '.join(known)}")
+
+
+def accepted_versions(release: Release) -> dict[int, VersionRange]:
+    """Per key, the versions a broker of ``release`` accepts: what it advertises, with
+    the minimums it enforces above that (``ACCEPTED_ABOVE_ADVERTISED``). A key it lacks
+    is absent."""
+    out = dict(release.versions)
+    for key, (since, low) in ACCEPTED_ABOVE_ADVERTISED.items():
+        if key in out and release.number >= since:
+            out[key] = (max(out[key][0], low), out[key][1])
+    return out
+
+
+def _number(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split("."))

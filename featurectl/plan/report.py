@@ -70,6 +70,8 @@ def plan_document(
         # Per client software: every API version it used, client ids and addresses.
         "api_versions_by_client": with_times(data.versions_by_client, "first_seen", "last_seen"),
         "identities": data.identities,
+        # Per --release: "release X readiness" (featurectl.plan.readiness).
+        "releases": data.releases,
         "steps": steps,
         "charts": list(charts),
         "timings_s": data.timings,
