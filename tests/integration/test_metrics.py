@@ -32,6 +32,11 @@ TRAFFIC = [
 PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_requests": ("counter", TRAFFIC),
     "kafka_gateway_responses": ("counter", TRAFFIC),
+    # Derived from kafka_gateway_requests when upgrade_target_release is set (empty else).
+    "kafka_gateway_requests_below_target_release": (
+        "counter",
+        ["release", "api_key", "api", "api_version", *TRAFFIC[-2:]],
+    ),
     "kafka_gateway_request_latency_seconds": ("histogram", ["api"]),
     "kafka_gateway_client_received_bytes": ("counter", ["listener"]),
     "kafka_gateway_client_sent_bytes": ("counter", ["listener"]),
