@@ -307,13 +307,6 @@ def fingerprint(upstream: Mapping[int, VersionRange]) -> BrokerSoftware:
 
 # --- what a release refuses ------------------------------------------------------------
 
-# Kafka 4.0 removed Produce v0-2 (KIP-896) yet its brokers still advertise Produce from
-# v0, so that librdkafka clients which read a minimum above 0 as "no Produce" keep
-# working (KAFKA-18659); a broker of 4.0 or later closes the connection on a Produce
-# v0-2 request. The advertised tables cannot show that, so it is written here, once:
-# key -> (first release, lowest version it accepts).
-ACCEPTED_ABOVE_ADVERTISED: dict[int, tuple[tuple[int, ...], int]] = {0: ((4, 0), 3)}
-
 
 def release_track(name: str) -> str:
     """The track a release's brokers are read from: KRaft from 4.0 (ZooKeeper mode is
@@ -338,12 +331,11 @@ def release_named(name: str) -> Release:
 
 def accepted_versions(release: Release) -> dict[int, VersionRange]:
     """Per key, the versions a broker of ``release`` accepts: what it advertises, with
-    the minimums it enforces above that (``ACCEPTED_ABOVE_ADVERTISED``). A key it lacks
-    is absent."""
+    the minimums it enforces above that (``refused_below``, the one rule: Produce v0-2
+    from 4.0, although advertised). A key it lacks is absent."""
     out = dict(release.versions)
-    for key, (since, low) in ACCEPTED_ABOVE_ADVERTISED.items():
-        if key in out and release.number >= since:
-            out[key] = (max(out[key][0], low), out[key][1])
+    for key, low in refused_below(release.versions).items():
+        out[key] = (max(out[key][0], low), out[key][1])
     return out
 
 
