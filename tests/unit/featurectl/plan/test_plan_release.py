@@ -20,6 +20,7 @@ from featurectl.plan.report_md import render_markdown
 from gateway.commands import shell_command
 from gateway.features.catalogue import load_catalogue
 from gateway.versions import accepted_versions, release_named
+from tests.harness.shell import command_problem, simple_commands
 
 CATALOGUE = load_catalogue(None)
 T0 = 1_736_121_600_000
@@ -146,6 +147,11 @@ def test_gateways_too_old_for_the_release_and_steps_in_order() -> None:
         "client-id:kafka-python-2.0.2 unknown (kafka-python-2.0.2; 10.0.0.7)"
         in (plan["steps"][0]["action"])
     )
+    # Pasted into a new shell in the repository root: found, and featurectl's parsers
+    # accept every argument (the re-plan is a collect and a plan).
+    for step in plan["steps"]:
+        words = simple_commands(step["command"])
+        assert [command_problem(w) for w in words] == [None] * len(words), step
     # Nothing old in use and every gateway current: safe, the roll and the finalize only.
     modern = rd.readiness("4.0", USAGE[4:], INDEX, GATEWAYS[:1], STATE, CATALOGUE)
     assert modern["safe"] and [s["kind"] for s in modern["steps"]] == ["roll brokers", "finalize"]
