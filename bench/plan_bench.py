@@ -11,6 +11,7 @@ samples < 30 s, 100M < 4 min on local[2].
     .venv/bin/python bench/plan_bench.py --samples 100000000 --data /big/disk/plan-100m
     .venv/bin/python bench/plan_bench.py --format text            # the old text dataset
     .venv/bin/python bench/plan_bench.py --json plan-bench.json
+    .venv/bin/python bench/plan_bench.py --release 4.0             # and --release 4.0
 
 "seconds" is the wall time of the whole command (JVM start-up included). "CPU s" is
 every process of the run, sampled from /proc (``plan_cluster_bench.run_plan``): on a
@@ -115,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
+    parser.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="also plan the brokers' upgrade to this Kafka release (featurectl plan "
+        "--release), to compare with the feature plan alone [no]",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
 
@@ -145,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="plan-bench-"))
     conf = [item for pair in args.conf for item in ("--conf", pair)]
+    if args.release:
+        conf += ["--release", args.release]
     try:
         run = run_plan(data, workdir / "plan", args.master, spark_env(workdir), [], *conf)
     except SystemExit as failed:

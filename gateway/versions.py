@@ -303,3 +303,41 @@ def fingerprint(upstream: Mapping[int, VersionRange]) -> BrokerSoftware:
         return UNKNOWN_SOFTWARE
     best = max(guesses, key=_Guess.rank)
     return BrokerSoftware(APACHE_KAFKA, best.version())
+
+
+# --- what a release refuses ------------------------------------------------------------
+
+
+def release_track(name: str) -> str:
+    """The track a release's brokers are read from: KRaft from 4.0 (ZooKeeper mode is
+    gone), ZooKeeper mode before (the mode most clusters still ran on 3.x)."""
+    return "kraft" if _number(name) >= (4, 0) else "zookeeper"
+
+
+def release_named(name: str) -> Release:
+    """The row of Kafka release ``name`` ("4.0"; "4.0.2" reads as its minor release) on
+    its track (``release_track``). KeyError names the known releases."""
+    minor = ".".join(name.strip().split(".")[:2])
+    try:
+        track = release_tracks()[release_track(minor)]
+    except ValueError:
+        track = ()
+    for release in track:
+        if release.name == minor:
+            return release
+    known = sorted({r.name for rows in release_tracks().values() for r in rows}, key=_number)
+    raise KeyError(f"unknown Apache Kafka release {name!r}; known: {', '.join(known)}")
+
+
+def accepted_versions(release: Release) -> dict[int, VersionRange]:
+    """Per key, the versions a broker of ``release`` accepts: what it advertises, with
+    the minimums it enforces above that (``refused_below``, the one rule: Produce v0-2
+    from 4.0, although advertised). A key it lacks is absent."""
+    out = dict(release.versions)
+    for key, low in refused_below(release.versions).items():
+        out[key] = (max(out[key][0], low), out[key][1])
+    return out
+
+
+def _number(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split("."))

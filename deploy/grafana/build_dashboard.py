@@ -371,6 +371,29 @@ def zookeeper_and_workers() -> list[object]:
     ]
 
 
+def next_release() -> list[object]:
+    software = "client_software_name, client_software_version"
+    return [
+        series(
+            "Requests the next Kafka release refuses",
+            "Requests below the minimum version of the release the gateways' "
+            "upgrade_target_release declares (Kafka 4.0: those older than Kafka 2.1, KIP-896), "
+            "by client: they break when the brokers roll (KafkaGatewayRequestsBelowTargetRelease). "
+            "/clients names their client ids and addresses; featurectl plan --release the fix.",
+            "reqps",
+        ).with_target(
+            query(
+                rate(
+                    "kafka_gateway_requests_below_target_release_total",
+                    f"release, api, api_version, {software}",
+                ),
+                "{{client_software_name}} {{client_software_version}}: {{api}} v{{api_version}} "
+                "(Kafka {{release}})",
+            )
+        )
+    ]
+
+
 def variable(name: str, label: str, definition: str) -> dash.QueryVariable:
     return (
         dash.QueryVariable(name)
@@ -430,6 +453,8 @@ def build() -> dash.Dashboard:
         ("Clients and brokers", clients_and_brokers()),
         ("Feature levels (KIP-584)", features()),
         ("ZooKeeper and workers", zookeeper_and_workers()),
+        # Last: a row added later keeps the earlier panels' ids.
+        ("Next Kafka release", next_release()),
     ):
         # Explicit, stable panel ids: links to a panel (?viewPanel=N) keep working.
         panel_id += 1

@@ -24,6 +24,9 @@ examples:
   # no --target: plan the highest level every live gateway supports, per feature
   featurectl plan --metrics metrics/ --zookeeper zk-0:2181 --out plan/
 
+  # can the brokers go to Kafka 4.0, and which clients must move first?
+  featurectl plan --metrics metrics/ --release 4.0
+
   # who still uses share groups, before disabling them?
   featurectl plan --metrics metrics/ --target share.version=0
 
@@ -42,8 +45,8 @@ spark: a local master (the default) keeps the driver on 127.0.0.1; to bind it el
        --verbose gives its usual logging (a log4j2.properties in SPARK_CONF_DIR applies
        then) and says where the driver listens.
 
-exit codes: 0 plan written and every target is safe to apply now,
-            1 plan written but some target is not safe yet (see report.md),
+exit codes: 0 plan written and every target and --release is safe to apply now,
+            1 plan written but some target or release is not safe yet (see report.md),
             2 usage error, no dataset, or ZooKeeper unreachable
 """
 
@@ -94,6 +97,15 @@ def configure_parser(
         metavar="NAME=LEVEL",
         help="a feature level to plan for (repeatable; 0 plans disabling it) "
         "[per feature: the highest level every live gateway supports]",
+    )
+    parser.add_argument(
+        "--release",
+        action="append",
+        default=[],
+        metavar="VERSION",
+        help="a Kafka release to plan the brokers' upgrade to, as kafka-features.sh "
+        "writes --release-version (4.0, 4.1): who breaks on it, which gateways are too "
+        "old, the roll and the finalize (repeatable; with or without --target)",
     )
     parser.add_argument(
         "--out", default=DEFAULT_OUT, metavar="DIR", help=f"where to write [{DEFAULT_OUT}]"

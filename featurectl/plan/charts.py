@@ -137,6 +137,30 @@ def _api_version_chart(
     return True
 
 
+def _release_chart(release: Mapping[str, Any], path: Path) -> bool:
+    """Bars: requests in the window per client, split into what Kafka X refuses (red)
+    and the rest (green), the clients that break first."""
+    import matplotlib.pyplot as plt
+
+    rows = release["clients"][:20]
+    if not rows:
+        return False
+    labels = [client_label(c) for c in rows]
+    refused = [sum(r["requests"] for r in c["refused"]) for c in rows]
+    rest = [max(0.0, c["requests"] - n) for c, n in zip(rows, refused, strict=True)]
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.8))
+    ax.barh(labels, refused, color="#b00020", label=f"refused by {release['release']}")
+    ax.barh(labels, rest, left=refused, color="#1b7f3b", label="accepted")
+    ax.invert_yaxis()
+    ax.set_xlabel("requests in the window")
+    ax.set_title(f"Kafka {release['release']} readiness: requests per client")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def render_charts(data: PlanData, directory: Path) -> list[Path]:
     import matplotlib
 
@@ -161,6 +185,11 @@ def render_charts(data: PlanData, directory: Path) -> list[Path]:
     path = directory / "api_versions.png"
     if _api_version_chart(data.usage, gated, path):
         written.append(path)
+
+    for release in data.releases:
+        path = directory / f"release_{release['release']}.png"
+        if _release_chart(release, path):
+            written.append(path)
 
     rates = [
         (r["bucket"], f"{r['feature']}={r['level']} · {client_label(r)}", r["rate"])

@@ -43,6 +43,26 @@ UNATTRIBUTED = (
     "the gateways counted these by reason only (a gateway from before refusals were "
     "labelled by API and client): upgrade the gateways to see which client and API"
 )
+# ApiVersions (key 18) is the one API whose too-new request is part of the protocol: the
+# broker (or gateway) answers it with UNSUPPORTED_VERSION and its own range, in the v0
+# format, and the client retries at a version in that range on the same connection
+# (KIP-511). Such a refusal is negotiation, not breakage: the client got what it needed.
+API_VERSIONS_KEY = 18
+NEGOTIATION = (
+    "ApiVersions requests newer than the gateways answer were refused the KIP-511 way "
+    "(UNSUPPORTED_VERSION with the supported range) and retried lower on the same "
+    "connection: negotiation, not breakage; not counted as refused."
+)
+
+
+def is_negotiation(row: Row) -> bool:
+    """Whether a refusal row is ApiVersions negotiation (``NEGOTIATION``), not breakage."""
+    return row.get("api_key") == API_VERSIONS_KEY and row.get("reason") == "unsupported_version"
+
+
+def negotiated(refusals: Iterable[Row]) -> list[dict[str, Any]]:
+    """The refusal rows that were ApiVersions negotiation (see ``is_negotiation``)."""
+    return [dict(r) for r in refusals if is_negotiation(r) and (r.get("requests") or 0) > 0]
 
 
 # -- refusals ----------------------------------------------------------------------------
@@ -68,6 +88,8 @@ def classify_refusals(
             used[u["api_key"]].append(u["api_version"])
     broken, wants = [], []
     for r in refusals:
+        if is_negotiation(r):
+            continue
         row = {**r, **who(r, index)}
         if not attributed(r):
             known = r.get("client_software_name") is not None
@@ -244,7 +266,7 @@ def versions_by_client(
             if u.get(field) is not None:
                 p[field] = u[field] if p[field] is None else pick(p[field], u[field])
     for r in refusals:
-        if attributed(r) and (r.get("requests") or 0) > 0:
+        if attributed(r) and (r.get("requests") or 0) > 0 and not is_negotiation(r):
             key = tuple(r[k] for k in CLIENT)
             if key in per:
                 per[key]["refused"].append(f"{r['api']} v{r['api_version']} ({r['reason']})")

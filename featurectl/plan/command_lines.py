@@ -37,9 +37,18 @@ def _where(state: Mapping[str, Any]) -> list[str]:
 def collect_again_command(state: Mapping[str, Any], wanted: str) -> str:
     """Collect 20 rounds from the same gateways, then plan ``wanted`` again with the
     same catalogue: the check after clients were moved."""
+    return _collect_then_plan(state, f"--target {wanted}")
+
+
+def plan_again_command(state: Mapping[str, Any], release: str) -> str:
+    """The same check for ``plan --release``: exits 0 once nothing breaks on it."""
+    return _collect_then_plan(state, f"--release {release}")
+
+
+def _collect_then_plan(state: Mapping[str, Any], plan_args: str) -> str:
     featurectl, where = shell_command("featurectl"), " ".join(_where(state))
     catalogue = f" --catalogue {state['catalogue']}" if state.get("catalogue") else ""
     return (
         f"{featurectl} collect {where} --out metrics-recheck --rounds 20 && "
-        f"{featurectl} plan --metrics metrics-recheck {where}{catalogue} --target {wanted}"
+        f"{featurectl} plan --metrics metrics-recheck {where}{catalogue} {plan_args}"
     )

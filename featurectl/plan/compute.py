@@ -43,7 +43,7 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     """
     from pyspark.sql import functions as F
 
-    from featurectl.plan import caps, clients, decide, readers, tally
+    from featurectl.plan import caps, clients, decide, readers, readiness, tally
     from featurectl.plan import transforms as tx
 
     clock = _Clock()
@@ -117,7 +117,8 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     # The decisions are Python on the driver: their inputs are a few dozen rows.
     catalogue = {name: spec.max_level for name, spec in inputs.catalogue.items()}
     features = decide.feature_levels(catalogue, state.gateway_ids, state.support, state.finalized)
-    targets = dict(inputs.targets) or _default_targets(features)
+    # --release alone plans the release, not every feature's highest level besides.
+    targets = dict(inputs.targets) or ({} if inputs.releases else _default_targets(features))
     blocker_rows = decide.blocking_gateways(targets, state.gateway_ids, state.support)
     verdict_rows = decide.verdicts(
         targets, state.finalized, blocker_rows, client_dicts, len(state.gateway_ids)
@@ -141,6 +142,13 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         who["refusals"], inputs.catalogue, state.finalized, features, usage, who["index"],
         state.doc,
     )  # fmt: skip
+    infos = readiness.gateway_infos(
+        label_rows, state.doc.get("registrations", []), state.gateway_ids
+    )
+    releases = [
+        readiness.readiness(r, usage, who["index"], infos, state, inputs.catalogue)
+        for r in inputs.releases
+    ]
     clock.lap("verdicts")
 
     connections_series = tally.connections_series(connection_rows)
@@ -186,9 +194,11 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
         timings=clock.timings,
         refusals=who["refusals"],
         broken_now=broken,
+        negotiated=clients.negotiated(who["refusals"]),
         wanting=wanting,
         versions_by_client=who["versions"],
         identities=who["identities"],
+        releases=releases,
     )
 
 

@@ -99,6 +99,7 @@ def run_plan(args: argparse.Namespace) -> int:
             out=Path(args.out),
             since=args.since,
             until=args.until,
+            releases=_check_releases(args.release),
         )
         if "://" not in args.metrics:
             _check_local_dataset(Path(args.metrics))
@@ -125,7 +126,24 @@ def run_plan(args: argparse.Namespace) -> int:
     data.timings["total"] = round(time.perf_counter() - started, 3)
     written = write_report(inputs, data)
     _print_summary(data, written)
-    return EXIT_OK if all(v["safe"] for v in data.verdicts) else EXIT_UNSAFE
+    safe = all(v["safe"] for v in data.verdicts) and all(r["safe"] for r in data.releases)
+    return EXIT_OK if safe else EXIT_UNSAFE
+
+
+def _check_releases(releases: Sequence[str]) -> tuple[str, ...]:
+    """--release values as the release tables name them ("4.0.1" is 4.0)."""
+    from gateway.versions import release_named
+
+    out: list[str] = []
+    for text in releases:
+        try:
+            name = release_named(text).name
+        except KeyError as exc:
+            raise UsageError(f"--release: {exc.args[0]}") from None
+        if name in out:
+            raise UsageError(f"--release names {name} twice")
+        out.append(name)
+    return tuple(out)
 
 
 def _check_remote(remote: str, master: str | None, conf: Sequence[tuple[str, str]]) -> str:
@@ -210,7 +228,19 @@ def _print_summary(data: PlanData, written: Mapping[str, Path]) -> None:
             f"  {v['feature']}: {v['current_level']} -> {v['level']} ({v['kind']}): "
             f"{status}{detail}"
         )
-    if not data.verdicts:
+    for r in data.releases:
+        broken = [c for c in r["clients"] if c["verdict"].startswith("breaks")]
+        old = [g["gateway_id"] for g in r["gateways"] if not g["ready"]]
+        status = "safe" if r["safe"] else "NOT safe yet"
+        detail = "".join(
+            (
+                f"; clients that break: {', '.join(client_label(c) for c in broken)}"
+                if broken else "",
+                f"; gateways to upgrade first: {', '.join(old)}" if old else "",
+            )
+        )  # fmt: skip
+        print(f"  Kafka {r['release']}: {status}{detail}")
+    if not data.verdicts and not data.releases:
         print("  nothing to plan: every feature is at the highest level all gateways support")
     print(
         f"wrote {written['report']}, {written['html']} and {written['plan']} "

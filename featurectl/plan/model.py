@@ -33,6 +33,8 @@ class PlanInputs:
     out: Path = Path(DEFAULT_OUT)
     since: datetime | None = None
     until: datetime | None = None
+    # --release: Kafka releases to plan the brokers' upgrade to (readiness.readiness).
+    releases: tuple[str, ...] = ()
 
 
 @dataclass
@@ -54,11 +56,16 @@ class PlanData:
     refusals: list[dict[str, Any]] = field(default_factory=list)
     broken_now: list[dict[str, Any]] = field(default_factory=list)
     wanting: list[dict[str, Any]] = field(default_factory=list)
+    # ApiVersions refused as too new and retried lower: negotiation, not breakage
+    # (clients.negotiated); said in a note, never counted as broken.
+    negotiated: list[dict[str, Any]] = field(default_factory=list)
     # Per client software: the API versions it used (clients.versions_by_client).
     versions_by_client: list[dict[str, Any]] = field(default_factory=list)
     # How many client records (readers.read_clients) the plan had: 0 means the client
     # ids and addresses are unknown (the metric labels name only the software).
     identities: int = 0
+    # Per --release: who breaks on it, gateways, features, steps (readiness.readiness).
+    releases: list[dict[str, Any]] = field(default_factory=list)
 
 
 __all__ = ["DEFAULT_OUT", "PlanData", "PlanInputs", "UsageError"]

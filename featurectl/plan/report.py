@@ -65,9 +65,13 @@ def plan_document(
         "refusals": with_times(data.refusals, "first_seen", "last_seen"),
         "broken_now": with_times(data.broken_now, "first_seen", "last_seen"),
         "wanting": with_times(data.wanting, "first_seen", "last_seen"),
+        # ApiVersions answered the KIP-511 way and retried lower: not broken.
+        "negotiated": with_times(data.negotiated, "first_seen", "last_seen"),
         # Per client software: every API version it used, client ids and addresses.
         "api_versions_by_client": with_times(data.versions_by_client, "first_seen", "last_seen"),
         "identities": data.identities,
+        # Per --release: "release X readiness" (featurectl.plan.readiness).
+        "releases": data.releases,
         "steps": steps,
         "charts": list(charts),
         "timings_s": data.timings,

@@ -8,6 +8,14 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from featurectl.plan.release_sections import (
+    READINESS_INTRO,
+    client_rows,
+    feature_rows,
+    gateway_rows,
+    verdict_line,
+)
+from featurectl.plan.release_sections import title as release_title
 from featurectl.plan.sections import (
     BROKEN_INTRO,
     CLIENTS_INTRO,
@@ -62,6 +70,27 @@ def _more(rows: Sequence[Any]) -> list[str]:
     return [f"<p>({len(rows) - REPORT_CLIENT_ROWS} more rows in plan.json)</p>"]
 
 
+def _release(release: Mapping[str, Any]) -> list[str]:
+    """The "Kafka X readiness" section (``release_sections``)."""
+    css = "safe" if release["safe"] else "unsafe"
+    name = escape(release["release"])
+    parts = [
+        f'<h2 id="release-{name}">{escape(release_title(release))}</h2>',
+        f'<p class="{css}">{escape(verdict_line(release))}</p>',
+        f"<p>{escape(READINESS_INTRO.format(release=release['release']))}</p>",
+    ]
+    if release["clients"]:
+        parts += [_html_table(*client_rows(release)), *_more(release["clients"])]
+    parts += ["<p>Gateways:</p>", _html_table(*gateway_rows(release))]
+    if release["features"]:
+        parts += ["<p>Levels the release finalizes:</p>", _html_table(*feature_rows(release))]
+    parts.append("<ol>")
+    for step in release["steps"]:
+        command = f"<pre>{escape(step['command'])}</pre>" if step["command"] else ""
+        parts.append(f"<li><b>{escape(step['kind'])}</b>: {escape(step['action'])}{command}</li>")
+    return [*parts, "</ol>"]
+
+
 def render_html(doc: Mapping[str, Any], out: Path) -> str:
     """report.html: one file, charts inline (base64 PNG), no script, nothing fetched.
 
@@ -106,6 +135,8 @@ def render_html(doc: Mapping[str, Any], out: Path) -> str:
         parts.append("</ol>")
     else:
         parts.append("<p>Nothing to do.</p>")
+    for release in doc.get("releases", []):
+        parts += _release(release)
     if doc["charts"]:
         parts.append('<h2 id="charts">Charts</h2>')
         for chart in doc["charts"]:

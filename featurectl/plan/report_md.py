@@ -6,6 +6,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from featurectl.plan.release_sections import (
+    READINESS_INTRO,
+    client_rows,
+    feature_rows,
+    gateway_rows,
+    title,
+    verdict_line,
+)
 from featurectl.plan.sections import (
     BROKEN_INTRO,
     CLIENTS_INTRO,
@@ -43,6 +51,26 @@ def _more(lines: list[str], rows: Sequence[Any]) -> None:
         lines.append(f"\n({len(rows) - REPORT_CLIENT_ROWS} more rows in plan.json)")
 
 
+def _release(release: Mapping[str, Any]) -> list[str]:
+    """The "Kafka X readiness" section (``release_sections``)."""
+    lines = ["", f"## {title(release)}", "", f"**{verdict_line(release)}**", ""]
+    lines += [READINESS_INTRO.format(release=release["release"]), ""]
+    if release["clients"]:
+        lines += _table(*client_rows(release))
+        _more(lines, release["clients"])
+    else:
+        lines.append("No client traffic in the window.")
+    lines += ["", "Gateways:", "", *_table(*gateway_rows(release))]
+    if release["features"]:
+        lines += ["", "Levels the release finalizes:", "", *_table(*feature_rows(release))]
+    lines += ["", "Steps, in order:", ""]
+    for step in release["steps"]:
+        lines.append(f"{step['step']}. **{step['kind']}**: {step['action']}")
+        if step["command"]:
+            lines += ["", "   ```sh", f"   {step['command']}", "   ```"]
+    return lines
+
+
 def render_markdown(doc: Mapping[str, Any]) -> str:
     made, live = summary(doc)
     lines = ["# kafka-gateway feature plan", "", made, live, ""]
@@ -72,6 +100,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append(f"{step['step']}. **{step['kind']}**{marker}: {step['action']}")
         if step["command"]:
             lines += ["", "   ```sh", f"   {step['command']}", "   ```"]
+    for release in doc.get("releases", []):
+        lines += _release(release)
     losses = losses_table(doc)
     if losses[1]:
         lines += ["", "## Who loses what, per target", "", LOSSES_INTRO, ""]

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from featurectl.plan.caps import capped_summary
+from featurectl.plan.clients import NEGOTIATION
 from featurectl.plan.decide import client_label
 
 # Rows of the clients table in the reports (plan.json has all of them).
@@ -56,7 +57,7 @@ SHOWN = 3
 Table = tuple[list[str], list[tuple[Any, ...]]]
 
 
-def _some(values: Sequence[Any] | None) -> str:
+def some(values: Sequence[Any] | None) -> str:
     values = list(values or [])
     if not values:
         return "-"
@@ -89,6 +90,11 @@ def notes(doc: Mapping[str, Any]) -> list[str]:
         )
     if not doc.get("identities") and doc.get("api_versions_by_client") is not None:
         said.append(NO_IDENTITIES)
+    negotiated = doc.get("negotiated") or []
+    if negotiated:
+        who = sorted({_client(r) for r in negotiated})
+        total = sum(r.get("requests") or 0.0 for r in negotiated)
+        said.append(f"{total:,.0f} {NEGOTIATION} (clients: {some(who)})")
     if any(g["scrapes"] < 2 for g in doc["dataset"]["gateway_spans"]):
         said.append(
             "Some gateways were scraped only once: their request counts are totals since the "
@@ -186,9 +192,9 @@ def _refusal(r: Mapping[str, Any]) -> tuple[Any, ...]:
     did not say them (only broken-now rows: a wanting row always says both)."""
     return (
         _client(r),
-        _some(r.get("client_ids")),
-        _some(r.get("peers")),
-        _some(r.get("principals")),
+        some(r.get("client_ids")),
+        some(r.get("peers")),
+        some(r.get("principals")),
         r.get("api") or "-",
         "-" if r.get("api_version") in (None, -1) else r["api_version"],
         r["reason"],
@@ -200,7 +206,7 @@ def broken_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return (
         [*_REFUSAL_COLUMNS, "gateways", "last refused", "remedy"],
         [
-            (*_refusal(r), _some(r.get("gateways")), r.get("last_seen"), r["remedy"])
+            (*_refusal(r), some(r.get("gateways")), r.get("last_seen"), r["remedy"])
             for r in rows[:REPORT_CLIENT_ROWS]
         ],
     )
@@ -234,9 +240,9 @@ def losses_table(doc: Mapping[str, Any]) -> Table:
             (
                 f"{v['feature']} {v['current_level']} → {v['level']}",
                 _client(x),
-                _some(x.get("client_ids")),
-                _some(x.get("peers")),
-                _some(x.get("principals")),
+                some(x.get("client_ids")),
+                some(x.get("peers")),
+                some(x.get("principals")),
                 x["api"],
                 ", ".join(f"v{n}" for n in x["versions"]),
                 "none" if x["allowed_max"] < 0 else f"v{x['allowed_max']} and lower",
@@ -267,9 +273,9 @@ def versions_table(doc: Mapping[str, Any]) -> Table:
         [
             (
                 _client(c),
-                _some(c.get("client_ids")),
-                _some(c.get("peers")),
-                _some(c.get("principals")),
+                some(c.get("client_ids")),
+                some(c.get("peers")),
+                some(c.get("principals")),
                 "; ".join(f"{a['api']} {','.join(a['versions'])}" for a in c["apis"]) or "-",
                 f"{c['requests']:,.0f}",
                 _first_seen(c.get("first_seen"), start),
@@ -334,6 +340,7 @@ __all__ = [
     "feature_table",
     "losses_table",
     "notes",
+    "some",
     "summary",
     "verdict_table",
     "versions_table",

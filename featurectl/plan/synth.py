@@ -286,6 +286,11 @@ class _Gateway:
                         "3.7" if self.index < self.spec.old_gateways else "4.0",
                     ),
                     ("upstream", f"broker-{self.index}:9093"),
+                    # The old gateways' protocol data predates Kafka 4 (plan --release).
+                    (
+                        "protocol_kafka",
+                        "3.9.2" if self.index < self.spec.old_gateways else "4.4.0",
+                    ),
                 )
             )
             + " 1.0",

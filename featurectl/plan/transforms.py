@@ -73,11 +73,19 @@ PLAN_LABELS = (
     "broker_software_name",
     "broker_software_version",
     "upstream",
+    "protocol_kafka",
 )
+# kafka_gateway_info's own gateway_id label, under another name: the samples' gateway_id
+# column is the collector's name for the gateway, and the two must not clash in joins.
+INFO_GATEWAY_ID = "info_gateway_id"
 _INT_LABELS = ("api_key", "api_version")
 # The rows of ``label_sets``, as a schema to build that frame again from rows collected.
 LABEL_SETS_SCHEMA = ", ".join(
-    ["label_id long", *(f"{k} {'int' if k in _INT_LABELS else 'string'}" for k in PLAN_LABELS)]
+    [
+        "label_id long",
+        *(f"{k} {'int' if k in _INT_LABELS else 'string'}" for k in PLAN_LABELS),
+        f"{INFO_GATEWAY_ID} string",
+    ]
 )
 # A sample as both formats give it (text after ``attach_scrapes``, Parquet as stored).
 SAMPLE_COLUMNS = ("ts", "gateway_id", "metric", "label_text", "value")
@@ -237,6 +245,7 @@ def label_sets(keyed: DataFrame) -> DataFrame:
         if key in _INT_LABELS:
             value = value.try_cast("int")
         columns.append(value.alias(key))
+    columns.append(F.col("labels").getItem("gateway_id").alias(INFO_GATEWAY_ID))
     return parse_labels(distinct).select("label_id", *columns)
 
 

@@ -16,7 +16,7 @@ files, flags or the environment for settings.
 from __future__ import annotations
 
 from ._declare import ConfigError, HostPort, parse_host_port
-from ._load import load_config
+from ._load import config_source, load_config, reloaded, remember_source
 from ._schema import SETTINGS, Config, Declared
 from .addresses import sni_name, sni_node_id
 from .limits import parse_ip_overrides
@@ -29,10 +29,13 @@ __all__ = [
     "ConfigError",
     "Declared",
     "HostPort",
+    "config_source",
     "default_workers",
     "load_config",
     "parse_host_port",
     "parse_ip_overrides",
+    "reloaded",
+    "remember_source",
     "sni_name",
     "sni_node_id",
 ]

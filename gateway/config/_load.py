@@ -16,6 +16,22 @@ _IN_TABLE = {
     (d.setting.table, d.setting.name): key for key, d in SETTINGS.items() if d.setting.table
 }
 _TABLES = {table for table, _ in _IN_TABLE}
+# The file and flags this process's config was loaded from, for the settings SIGHUP
+# reads again (``reloaded``). Workers start from the fork server, not from the process
+# that loaded it: the supervisor hands it on (``config_source``, ``remember_source``).
+Source = tuple[str | Path | None, dict[str, Any] | None]
+_source: Source = (None, None)
+
+
+def config_source() -> Source:
+    """The file and flags of the last ``load_config`` in this process."""
+    return _source
+
+
+def remember_source(source: Source) -> None:
+    """A worker's config came from ``source`` (its supervisor's ``config_source``)."""
+    global _source
+    _source = source
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -39,7 +55,18 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     values = {key: convert(key, SETTINGS[key].hint, value) for key, value in raw.items()}
     cfg = replace(Config(), **values)
     validate(cfg)
+    remember_source((path, overrides))
     return cfg
+
+
+def reloaded(key: str, current: Any) -> Any:
+    """``key``'s value as the config file this process started with says it now (SIGHUP),
+    flags still winning; ``current`` when no file was given. ConfigError when the file
+    no longer loads (the caller keeps ``current``)."""
+    path, overrides = _source
+    if path is None:
+        return current
+    return getattr(load_config(path, overrides), key)
 
 
 def _flatten(raw: dict[str, Any]) -> dict[str, Any]:

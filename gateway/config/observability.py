@@ -22,6 +22,18 @@ def _level(key: str, value: str) -> None:
         raise ConfigError(key, f"must be debug, info, warning or error, got {value!r}")
 
 
+def _release(key: str, value: str | None) -> None:
+    if value is None:
+        return
+    # Imported here: the release tables sit beside the protocol code, which reads config.
+    from ..versions import release_named
+
+    try:
+        release_named(value)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(key, str(exc.args[0]).strip("'\"")) from None
+
+
 @dataclass(frozen=True)
 class Observability:
     """Logs, metrics and health."""
@@ -69,6 +81,14 @@ class Observability:
         None,
         flag="--metrics-listen",
         why="serve /metrics (Prometheus), /healthz, /readyz and /connections here",
+    )
+    upgrade_target_release: str | None = setting(
+        # No flag: a flag would win over the file, which SIGHUP re-reads.
+        None,
+        check=_release,
+        why="the Kafka release the brokers go to next (4.0): requests it would refuse are "
+        "counted (kafka_gateway_requests_below_target_release_total) and /clients marks "
+        "who would break; re-read from the config file on SIGHUP",
     )
     readiness_upstream_check_ms: int = setting(
         5000,

@@ -340,13 +340,15 @@ class Metrics:
         # -- end event-loop lag ------------------------------------------------------
         self.info = Gauge(
             "kafka_gateway_info",
-            "Constant 1, labelled with this gateway's and its upstream broker's software",
+            "Constant 1, labelled with this gateway's and its upstream broker's software, "
+            "and the Kafka release its protocol data was generated from (protocol_kafka)",
             [
                 "gateway_id",
                 "gateway_version",
                 "broker_software_name",
                 "broker_software_version",
                 "upstream",
+                "protocol_kafka",
             ],
             registry=r,
         )

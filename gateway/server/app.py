@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import __version__
 from ..clients import ClientInfo, ConnectionRegistry
-from ..config import Config, HostPort
+from ..config import Config, ConfigError, HostPort, reloaded
 from ..features.catalogue import CatalogueError
 from ..features.znode import Registration
 from ..interceptors import dispatch
@@ -28,6 +28,7 @@ from ..interceptors.api_versions import SoftwareTags
 from ..kafka_client import probe_api_versions
 from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
 from ..observability.metrics import Metrics
+from ..observability.release_watch import ReleaseWatch
 from .features import FeatureGate
 from .handover_workers import answer_supervisor
 from .http import check_route, json_route, metrics_route, serve_http
@@ -69,6 +70,9 @@ class Gateway(Negotiation, Listeners):
         self.worker = worker
         self.metrics = metrics or Metrics()
         self.metrics.max_software_labels = config.max_client_software_labels
+        # The next Kafka release, watched from the traffic counters at scrape time.
+        self.release_watch = ReleaseWatch(config.upgrade_target_release, self.metrics.traffic)
+        self.metrics.registry.register(self.release_watch)
         self.router: SidecarRouter | ClusterRouter
         if config.mode == "cluster":
             self.router = ClusterRouter(config, self._on_new_broker)
@@ -171,7 +175,7 @@ class Gateway(Negotiation, Listeners):
                     "/healthz": check_route(self.health),
                     "/readyz": check_route(self.readiness),
                     "/connections": json_route(self.connections_snapshot),
-                    "/clients": json_route(self.registry.identities_snapshot),
+                    "/clients": json_route(self.clients_snapshot),
                 },
             )
         await self.features.register_now()
@@ -398,9 +402,11 @@ class Gateway(Negotiation, Listeners):
             if self.client_tls is not None:
                 reload_client_chain(self.client_tls, self.config)
             catalogue_changed = self.features.reload_catalogue()
-        except (TlsSetupError, CatalogueError) as exc:
+            target = reloaded("upgrade_target_release", self.release_watch.release)
+            self.release_watch.set_release(target)
+        except (TlsSetupError, CatalogueError, ConfigError) as exc:
             self.metrics.config_reloads.labels("failed").inc()
-            key = exc.key if isinstance(exc, TlsSetupError) else "features.catalogue"
+            key = "features.catalogue" if isinstance(exc, CatalogueError) else exc.key
             limited.error("gateway.reload_failed", key=key, reason=str(exc), kept="old")
             return
         self.metrics.config_reloads.labels("ok").inc()
@@ -409,7 +415,12 @@ class Gateway(Negotiation, Listeners):
             result="ok",
             tls_cert=self.config.tls_cert,
             catalogue_changed=catalogue_changed,
+            upgrade_target_release=self.release_watch.release,
         )
+
+    def clients_snapshot(self) -> list[dict[str, Any]]:
+        """/clients: the identities, marked with what upgrade_target_release refuses."""
+        return self.release_watch.mark(self.registry.identities_snapshot())
 
     def request_stop(self, why: str = "stop") -> None:
         log.info("gateway.stopping", signal=why)

@@ -194,6 +194,9 @@ class Negotiation:
             broker_software_name=shown.name,
             broker_software_version=shown.version,
             upstream=str(address),
+            # Which Kafka its protocol tables know (featurectl plan --release: a gateway
+            # whose data predates the release it is asked about is named).
+            protocol_kafka=str(protocol_data().get("kafka", "unknown")),
         )
 
     def own_range(self, api_key: int) -> VersionRange | None:

@@ -42,7 +42,8 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..config import Config, HostPort
+from ..config import Config, HostPort, config_source, remember_source
+from ..config._load import Source
 from ..observability.logging import RateLimitedLogger, configure_logging, get_logger
 from ..observability.merge import MetricsMerger
 from ..observability.metrics import Metrics
@@ -230,7 +231,7 @@ class Supervisor(OperatorEndpoint):
         process = self._context.Process(
             target=run_worker,
             args=(self.config, slot.index, len(self.slots), os.getpid(), send, limits_path),
-            kwargs={"handover": handover},
+            kwargs={"handover": handover, "source": config_source()},
             name=f"kafka-gateway-worker-{slot.index}",
         )
         process.start()
@@ -347,8 +348,10 @@ def run_worker(
     conn: Connection,
     limits_path: str | None = None,
     handover: WorkerHandover | None = None,
+    source: Source = (None, None),
 ) -> None:
     """A worker process's main (the target multiprocessing spawns)."""
+    remember_source(source)  # SIGHUP re-reads the supervisor's config file
     import structlog
     import uvloop
 

@@ -122,7 +122,8 @@ class OperatorEndpoint:
             return [] if body is None else json.loads(body)
 
         parts = await asyncio.gather(*(read(s) for s in self.slots))
-        merged = merge_snapshots(parts)
+        # Marked once merged: what an identity used is the sum over the workers.
+        merged = self.control.release_watch.mark(merge_snapshots(parts))
         return 200, "application/json", json.dumps(merged, indent=1).encode() + b"\n"
 
 

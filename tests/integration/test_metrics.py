@@ -15,6 +15,7 @@ import confluent_kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.protocol import protocol_data
 from tests.conftest import GatewayFactory
 from tests.harness import ZooKeeperProcess
 from tests.integration.test_clients import ConfluentDriver
@@ -31,6 +32,11 @@ TRAFFIC = [
 PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_requests": ("counter", TRAFFIC),
     "kafka_gateway_responses": ("counter", TRAFFIC),
+    # Derived from kafka_gateway_requests when upgrade_target_release is set (empty else).
+    "kafka_gateway_requests_below_target_release": (
+        "counter",
+        ["release", "api_key", "api", "api_version", *TRAFFIC[-2:]],
+    ),
     "kafka_gateway_request_latency_seconds": ("histogram", ["api"]),
     "kafka_gateway_client_received_bytes": ("counter", ["listener"]),
     "kafka_gateway_client_sent_bytes": ("counter", ["listener"]),
@@ -81,6 +87,7 @@ PINNED: dict[str, tuple[str, list[str]]] = {
             "broker_software_name",
             "broker_software_version",
             "upstream",
+            "protocol_kafka",
         ],
     ),
     "kafka_gateway_worker_restarts": ("counter", []),
@@ -150,6 +157,7 @@ def test_traffic_is_counted_by_api_version_and_client_software(traffic) -> None:
     assert received[0].labels == {"listener": "sidecar"} and received[0].value > 100
     info = families["kafka_gateway_info"].samples[0]
     assert info.labels["gateway_version"] and info.labels["upstream"]
+    assert info.labels["protocol_kafka"] == protocol_data()["kafka"]
     assert families["kafka_gateway_zookeeper_connected"].samples[0].value == 1
     assert families["kafka_gateway_healthy"].samples[0].value == 1
 

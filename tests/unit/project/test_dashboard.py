@@ -83,6 +83,7 @@ def test_the_panels_operators_asked_for_are_there() -> None:
         "ZooKeeper staleness",
         "Worker restarts",
         "Event-loop lag p99",
+        "Requests the next Kafka release refuses",
     ):
         assert wanted in titles
     assert len(titles) == len(set(titles))

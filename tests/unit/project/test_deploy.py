@@ -45,6 +45,7 @@ KUBERNETES_VERSION = "1.33.0"
 METRICS = frozenset(
     {
         "kafka_gateway_requests_total",
+        "kafka_gateway_requests_below_target_release_total",
         "kafka_gateway_responses_total",
         "kafka_gateway_request_latency_seconds",
         "kafka_gateway_client_received_bytes_total",

@@ -71,8 +71,9 @@ def featurectl(
     )
 
 
-# Two targets neither of which is safe yet: a gateway blocks one, clients the other.
-TARGETS = ("--target", "transaction.version=2", "--target", "group.version=0")
+# Two targets neither of which is safe yet: a gateway blocks one, clients the other; and
+# Kafka 4.0, which the old gateway's protocol data predates.
+TARGETS = ("--target", "transaction.version=2", "--target", "group.version=0", "--release", "4.0")
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +178,17 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(operator_pla
         "streams.version",
         1,
     )
+    # Kafka 4.0: no client used a version it refuses; the old gateway's data predates it.
+    (release,) = plan["releases"]
+    assert (release["release"], release["safe"]) == ("4.0", False)
+    assert {c["verdict"] for c in release["clients"]} == {"works"}
+    assert [g["gateway_id"] for g in release["gateways"] if not g["ready"]] == [
+        "gw-000.example:9092"
+    ]
+    assert "Kafka 4.0: NOT safe yet; gateways to upgrade first: gw-000.example:9092" in (
+        done.stdout
+    )
+    assert [s["kind"] for s in release["steps"]] == ["upgrade gateway", "roll brokers", "finalize"]
     by_client = {c["client_software_name"] for c in plan["api_versions_by_client"]}
     assert {"librdkafka", "kafka-python", "apache-kafka-java"} <= by_client
 
@@ -190,12 +202,14 @@ def test_plan_blocks_targets_names_who_and_writes_report_and_charts(operator_pla
         "## Features",
         "## API versions by client",
         "## Clients on gated API versions",
+        "## Kafka 4.0 readiness",
     ):
         assert heading in report
     assert set(plan["charts"]) == {
         "charts/clients_over_time.png",
         "charts/api_versions.png",
         "charts/gated_requests_over_time.png",
+        "charts/release_4.0.png",
     }
     for chart in plan["charts"]:
         assert (out / chart).read_bytes().startswith(PNG_MAGIC)

@@ -433,3 +433,37 @@ def test_gateways_capped_alike_are_named_together() -> None:
         "upstreams do not offer at least one of Produce v12+, TxnOffsetCommit v5+, EndTxn v5+, "
         "which transaction.version=2 needs."
     )
+
+
+def test_a_too_new_api_versions_retried_lower_is_negotiation_not_broken_now() -> None:
+    # The README walkthrough: Kafka's 4.4 tools send ApiVersions v5, are answered the
+    # KIP-511 way and retry lower on the same connection. The refusal is counted under
+    # "unknown unknown" (the request's software fields are not read at a version the
+    # gateway does not take), while the same tools' traffic has its own labels.
+    unknown = {"client_software_name": "unknown", "client_software_version": "unknown"}
+    java = {"client_software_name": "apache-kafka-java", "client_software_version": "4.4.0"}
+    refusals = [
+        refusal(unknown, 18, "ApiVersions", 5, "unsupported_version", 6.0),
+        refusal(KAFKA_PYTHON, 0, "Produce", 2, "unsupported_version", 3.0),
+    ]
+    usage = [
+        {**java, "api_key": 18, "api": "ApiVersions", "api_version": 4, "requests": 6.0},
+        {**unknown, "api_key": 18, "api": "ApiVersions", "api_version": 4, "requests": 1.0},
+    ]
+    broken, wanting = cl.classify_refusals(refusals, CATALOGUE, {}, [], usage, {}, STATE)
+    assert [(b["api"], b["api_version"]) for b in broken] == [("Produce", 2)] and not wanting
+    assert [(n["api"], n["requests"]) for n in cl.negotiated(refusals)] == [("ApiVersions", 6.0)]
+    table = cl.versions_by_client(usage, set(), {}, refusals)
+    assert all(row["refused"] == [] for row in table)
+
+    from featurectl.plan.sections import notes
+
+    doc = {
+        "state": {"source": "snapshot"},
+        "identities": 1,
+        "dataset": {"gateway_spans": []},
+        "negotiated": cl.negotiated(refusals),
+    }
+    (said,) = notes(doc)
+    assert said.startswith("6 ApiVersions requests newer than the gateways answer")
+    assert "negotiation, not breakage" in said and "unknown unknown" in said
