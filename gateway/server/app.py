@@ -338,6 +338,8 @@ class Gateway(Negotiation, Listeners):
             conn.traffic.fold()
             if conn.info is not None:
                 self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
+                if conn.info.bridged:
+                    self.metrics.bridge.connections.dec()
                 self.registry.remove(conn.info.connection_id)
         # Also a connection closed before it was served (held by the throttle).
         self.limits.release(conn.budget)

@@ -11,6 +11,7 @@ it reads the gateway's config, feature gate, router and metrics.
 from __future__ import annotations
 
 from .. import __version__
+from ..bridge import plan as bridge_plan
 from ..config import Config, HostPort
 from ..features.report import NO_FEATURES, FeatureReport, merge_reports
 from ..interceptors import dispatch
@@ -96,6 +97,7 @@ class Negotiation:
         passthrough = dict(ranges)
         for api_key in dispatch.answered_here(self, upstream):
             passthrough.pop(api_key, None)
+        bridge_plan.narrow(passthrough, upstream)  # versions Kafka 4 closes on: held back
         caps = self.features.caps_for(upstream_features)
         for api_key, (low, high) in ranges.items():
             if caps.get(api_key, high) < low:

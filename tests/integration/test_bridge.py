@@ -1,0 +1,179 @@
+"""The version bridge against Kafka 4.4 (the session's ``apache_kafka``): clients pinned
+to the versions Kafka 4.0 removed (KIP-896) produce and read back through the gateway,
+while direct to the broker they fail (the control), and a modern client beside them is
+unaffected."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.integration.test_clients import DRIVERS
+
+RECORDS = 200
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x, which removed the old versions")
+    return gateway_factory(upstream=apache_kafka.bootstrap, metrics=True)
+
+
+def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
+    # Keys null now and then, values of several sizes: byte-identical both ways.
+    return [
+        (
+            None if i % 9 == 4 else f"{tag}-key-{i}".encode(),
+            f"{tag}-value-{i}-".encode() * (1 + i % 5),
+        )
+        for i in range(RECORDS)
+    ]
+
+
+def _produce(
+    bootstrap: str, topic: str, sent: list[tuple[bytes | None, bytes]], **settings: Any
+) -> int:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        request_timeout_ms=int(TIMEOUT_S * 1000),
+        max_block_ms=int(TIMEOUT_S * 1000),
+        reconnect_backoff_max_ms=1000,
+        **settings,
+    )
+    try:
+        futures = [producer.send(topic, key=k, value=v, partition=0) for k, v in sent]
+        producer.flush(timeout=TIMEOUT_S)
+        acknowledged = 0
+        for future in futures:
+            try:
+                future.get(timeout=1)
+                acknowledged += 1
+            except Exception:  # refused or timed out: not delivered
+                pass
+        return acknowledged
+    finally:
+        producer.close(timeout=5)
+
+
+def _consume(
+    bootstrap: str, topic: str, count: int, **settings: Any
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        request_timeout_ms=int(TIMEOUT_S * 1000) + 1000,
+        reconnect_backoff_max_ms=1000,
+        **settings,
+    )
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        got: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                got.extend((r.offset, r.key, r.value) for r in batch)
+        # A little longer: anything beyond ``count`` would be a duplicate.
+        for batch in consumer.poll(timeout_ms=1000).values():
+            got.extend((r.offset, r.key, r.value) for r in batch)
+        return got
+    finally:
+        consumer.close()
+
+
+def _metrics(gw: GatewayProcess) -> str:
+    with urllib.request.urlopen(gw.metrics_url, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+@pytest.mark.parametrize("api_version", [(0, 10), (0, 9)], ids=["0.10", "0.9"])
+def test_old_kafka_python_is_carried_across_kafka_4(
+    bridged: GatewayProcess,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    api_version: tuple[int, int],
+    compression: str | None,
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    old = {"api_version": api_version, "compression_type": compression}
+    sent = _records("old")
+    assert _produce(bridged.bootstrap, unique_topic, sent, **old) == RECORDS
+    got = _consume(bridged.bootstrap, unique_topic, RECORDS, api_version=api_version)
+    assert [(k, v) for _, k, v in got] == sent  # 200 of 200, byte-identical, no duplicate
+    assert [o for o, _, _ in got] == list(range(RECORDS))
+    # The broker stored record batches: a modern client reads the same records.
+    modern = DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, RECORDS)
+    assert modern == [v for _, v in sent]
+    text = _metrics(bridged)
+    produce_from = {(0, 10): "2", (0, 9): "1"}[api_version]
+    assert (
+        f'kafka_gateway_bridged_requests_total{{api="Produce",from_version="{produce_from}",to_version="3"}}'
+        in text
+    )
+    assert 'api="Fetch"' in text and "kafka_gateway_bridge_cpu_seconds_total" in text
+    log = bridged.log_text()
+    assert '"bridge.client_bridged"' in log
+    assert '"request.rejected"' not in log and "rewrite_failed" not in log
+
+
+def test_direct_to_kafka_4_the_old_client_fails(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    """The control: the same client, direct, gets nothing acknowledged."""
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("Kafka 3.9 still serves the old versions")
+    direct = f"127.0.0.1:{apache_kafka.node.internal_port}"  # advertises itself
+    DRIVERS[0].create_topic(direct, unique_topic)
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=direct,
+        acks="all",
+        api_version=(0, 10),
+        request_timeout_ms=5000,
+        max_block_ms=5000,
+        retries=0,
+        reconnect_backoff_max_ms=500,
+    )
+    try:
+        future = producer.send(unique_topic, key=b"k", value=b"v", partition=0)
+        producer.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - any failure: the broker closed on it
+            future.get(timeout=1)
+    finally:
+        producer.close(timeout=5)
+
+
+def test_a_modern_client_beside_bridged_ones_is_untouched(
+    bridged: GatewayProcess, unique_topic: str
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    old = [(b"k%d" % i, b"old-%d" % i) for i in range(50)]
+    assert _produce(bridged.bootstrap, unique_topic, old, api_version=(0, 10)) == 50
+    modern = [b"modern-%d" % i for i in range(50)]
+    DRIVERS[0].produce(bridged.bootstrap, unique_topic, modern, "all")
+    assert (
+        DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, 100)
+        == [v for _, v in old] + modern
+    )
+    got = _consume(bridged.bootstrap, unique_topic, 100, api_version=(0, 10))
+    assert [v for _, _, v in got] == [v for _, v in old] + modern
+    # Only the old client's requests were bridged: confluent-kafka's went through as they came.
+    text = _metrics(bridged)
+    assert "kafka_gateway_bridged_connections" in text
