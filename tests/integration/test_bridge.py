@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.old_clients import OldClient
 from tests.integration.test_clients import DRIVERS
 
 RECORDS = 200
@@ -177,3 +179,137 @@ def test_a_modern_client_beside_bridged_ones_is_untouched(
     # Only the old client's requests were bridged: confluent-kafka's went through as they came.
     text = _metrics(bridged)
     assert "kafka_gateway_bridged_connections" in text
+
+
+def test_acks_0_is_honoured_across_the_bridge(bridged: GatewayProcess, unique_topic: str) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    sent = _records("acks0")
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bridged.bootstrap, acks=0, api_version=(0, 10))
+    try:
+        for key, value in sent:
+            producer.send(unique_topic, key=key, value=value, partition=0)
+        producer.flush(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=5)
+    got = _consume(bridged.bootstrap, unique_topic, RECORDS, api_version=(0, 10))
+    assert [(k, v) for _, k, v in got] == sent
+    assert 'api="Produce",from_version="2",to_version="3"' in _metrics(bridged)
+
+
+@pytest.mark.parametrize("fallback", ["0.9.0", "0.10.0"])
+def test_librdkafka_with_an_old_fallback_is_carried(
+    bridged: GatewayProcess, unique_topic: str, fallback: str
+) -> None:
+    old = OldClient(
+        f"librdkafka-{fallback}",
+        "librdkafka",
+        {"api.version.request": False, "broker.version.fallback": fallback},
+    )
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    sent = [f"rdkafka-{fallback}-{i}".encode() for i in range(RECORDS)]
+    assert old.produce(bridged.bootstrap, unique_topic, sent) == RECORDS
+    assert old.consume(bridged.bootstrap, unique_topic, RECORDS) == sent
+    text = _metrics(bridged)
+    if fallback == "0.9.0":  # Produce v1, Fetch v1, ListOffsets v0: all bridged
+        for api, version in (("Produce", 1), ("Fetch", 1), ("ListOffsets", 0)):
+            assert f'api="{api}",from_version="{version}"' in text, api
+    else:
+        # librdkafka asks ApiVersions for any fallback from 0.10 on (its documentation of
+        # broker.version.fallback), and then speaks versions Kafka 4 kept: nothing to bridge.
+        assert "kafka_gateway_bridged_requests_total{" not in text
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+def _group_read(bootstrap: str, topic: str, group: str, count: int, **settings: Any) -> list[bytes]:
+    """Join ``group`` (classic protocol), read ``count`` values, commit, leave."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=count,
+        request_timeout_ms=int(TIMEOUT_S * 1000) + 1000,
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=1000,
+        **settings,
+    )
+    try:
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500, max_records=count - len(got)).values():
+                got.extend(r.value for r in batch)
+        consumer.commit()
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("api_version", [(0, 10), (0, 9)], ids=["0.10", "0.9"])
+def test_a_classic_group_commits_and_resumes_across_the_bridge(
+    bridged: GatewayProcess, unique_topic: str, api_version: tuple[int, int]
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    first = [(None, b"first-%d" % i) for i in range(100)]
+    second = [(None, b"second-%d" % i) for i in range(100)]
+    assert _produce(bridged.bootstrap, unique_topic, first, api_version=api_version) == 100
+    group = f"g-{unique_topic}"
+    assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
+        v for _, v in first
+    ]
+    assert _produce(bridged.bootstrap, unique_topic, second, api_version=api_version) == 100
+    # A restart: the group's committed offset, read back, is where the second read starts.
+    assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
+        v for _, v in second
+    ]
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+def test_a_policy_refuses_one_client_and_bridges_another(
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    tmp_path: Path,
+) -> None:
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x")
+    config = tmp_path / "bridge.toml"
+    config.write_text('[bridge]\npolicy = ["client_id=^legacy- -> refuse"]\n')
+    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
+    sent = [(b"k", b"v%d" % i) for i in range(10)]
+    assert _produce(gw.bootstrap, unique_topic, sent, api_version=(0, 10), client_id="app") == 10
+    from kafka import KafkaProducer
+
+    refused = KafkaProducer(
+        bootstrap_servers=gw.bootstrap,
+        acks="all",
+        api_version=(0, 10),
+        client_id="legacy-1",
+        request_timeout_ms=5000,
+        max_block_ms=5000,
+        retries=0,
+    )
+    try:
+        future = refused.send(unique_topic, key=b"k", value=b"no", partition=0)
+        refused.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - refused as Kafka 4 refuses it
+            future.get(timeout=1)
+    finally:
+        refused.close(timeout=5)
+    assert DRIVERS[0].consume_assigned(gw.bootstrap, unique_topic, 10) == [v for _, v in sent]
+    text = _metrics(gw)
+    refused_line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("kafka_gateway_rejected_requests_total{")
+        and 'api="Produce"' in line
+        and 'api_version="2"' in line
+    )
+    assert float(refused_line.rsplit(" ", 1)[1]) >= 1
+    assert 'kafka_gateway_bridged_requests_total{api="Produce",from_version="2"' in text
