@@ -11,16 +11,16 @@ unanswered. The connection itself only knows that ``dispatch`` held the request 
 
 from __future__ import annotations
 
+import struct
 import time
 
 from ..interceptors.context import Exchange
 from ..kafka_client import request_frame, response_body
 from ..observability.logging import RateLimitedLogger
-from ..protocol import Malformed, RequestFrame, api_name, api_spec, response_header
+from ..protocol import RequestFrame, api_name, api_spec, response_header
 from ..versions import VersionRange
 from . import plan, policy
 from .convert import request_up
-from .records import RecordsError
 
 limited = RateLimitedLogger("gateway.bridge")
 # Client identities already logged as bridged (bounded: past it, the rate limit alone).
@@ -78,7 +78,7 @@ def carry(ctx: Exchange, request: RequestFrame, body: memoryview) -> bool:
     target = bridged.target
     try:
         up = request_up(header.api_key, header.api_version, target, body)
-    except (Malformed, RecordsError) as exc:
+    except (ValueError, struct.error) as exc:  # Malformed, RecordsError, a value out of range
         ctx.violation("client", "malformed_request", f"bridge: {exc}")
         return True
     entry = request.request
@@ -102,7 +102,7 @@ def carry(ctx: Exchange, request: RequestFrame, body: memoryview) -> bool:
         began = time.process_time()
         try:
             answer = up.down(response_body(header.api_key, target, payload))
-        except (Malformed, RecordsError, KeyError) as exc:
+        except (ValueError, KeyError, struct.error) as exc:
             # An answer the bridge cannot bring down: the client cannot read it either.
             ctx.rewrite_failed(entry, f"bridge: {exc!r}")
             ctx.close()

@@ -227,7 +227,12 @@ def _read_value(r: _Reader, f: Field, kind: str) -> Any:
             raise Malformed(f"{f.name} is null")
         return None
     data = r.take(n)
-    return str(data, "utf-8") if kind == "string" else bytes(data)
+    if kind != "string":
+        return bytes(data)
+    try:
+        return str(data, "utf-8")
+    except UnicodeDecodeError:
+        raise Malformed(f"{f.name} is not UTF-8") from None
 
 
 def _read_field(r: _Reader, f: Field) -> Any:
