@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 import time
 
+from ..config import Config
 from ..interceptors.context import Exchange
 from ..kafka_client import request_frame, response_body
 from ..observability.logging import RateLimitedLogger
@@ -30,35 +31,70 @@ _logged: set[tuple[str, str, str | None]] = set()
 
 def serves(ctx: Exchange, client_id: str | None, software: tuple[str, str] | None = None) -> bool:
     """Whether the policy lets the bridge serve this connection's client."""
-    gw = ctx.gateway
+    config = ctx.gateway.config
     if software is None:
         software = ctx.info.software if ctx.info is not None else ("unknown", "unknown")
-    rules = _rules(gw.config.bridge_policy)
+    rules = _rules(config)
     return (
-        policy.decide(rules, gw.config.bridge_old_clients, software, client_id, ctx.principal)
+        policy.decide(rules, config.bridge_old_clients, software, client_id, ctx.principal)
         == policy.BRIDGE
     )
 
 
+class PolicyFileError(ValueError):
+    """``[bridge] policy_file`` does not load (SIGHUP keeps the rules before it)."""
+
+    key = "bridge.policy_file"
+
+
+# The rules in force: [bridge] policy_file's (read at the first use and on SIGHUP),
+# then [bridge] policy's, parsed once per distinct config.
+_file_rules: dict[str, tuple[policy.Rule, ...]] = {}
 _parsed: dict[tuple[str, ...], tuple[policy.Rule, ...]] = {}
 
 
-def _rules(texts: tuple[str, ...]) -> tuple[policy.Rule, ...]:
-    found = _parsed.get(texts)
-    if found is None:  # a config reloaded with other rules: parsed once more
-        found = _parsed[texts] = policy.parse_rules(texts)
-    return found
+def _rules(config: Config) -> tuple[policy.Rule, ...]:
+    inline = _parsed.get(config.bridge_policy)
+    if inline is None:
+        inline = _parsed[config.bridge_policy] = policy.parse_rules(config.bridge_policy)
+    path = config.bridge_policy_file
+    if path is None:
+        return inline
+    from_file = _file_rules.get(path)
+    if from_file is None:
+        from_file = _file_rules[path] = policy.read_rules_file(path)  # checked at start
+    return from_file + inline
+
+
+def reload_policy(config: Config) -> bool:
+    """SIGHUP: read ``[bridge] policy_file`` again; True when its rules changed. Raises
+    PolicyFileError (the rules before it stay) when it does not load."""
+    path = config.bridge_policy_file
+    if path is None:
+        return False
+    try:
+        rules = policy.read_rules_file(path)
+    except ValueError as exc:
+        raise PolicyFileError(str(exc)) from None
+    changed = _file_rules.get(path) != rules
+    _file_rules[path] = rules
+    return changed
+
+
+# ApiVersions v3 (KIP-511) came with Kafka 2.4's clients, which speak only versions
+# Kafka 4 kept: a client asking v3 or later is told the broker's ranges, unchanged.
+FIRST_MODERN_API_VERSIONS = 3
 
 
 def advertised(
-    ctx: Exchange,
-    ranges: dict[int, VersionRange],
-    client_id: str | None,
-    software: tuple[str, str] | None,
+    ctx: Exchange, ranges: dict[int, VersionRange], api_version: int, client_id: str | None
 ) -> dict[int, VersionRange]:
-    """The ranges an ApiVersions answer tells this client: with the bridged versions
-    when the bridge serves it (only it: ``ranges`` is every connection's)."""
-    if not plan.plans(ctx.upstream_ranges) or not serves(ctx, client_id, software):
+    """The ranges an ApiVersions answer tells this client: with the bridged versions for
+    an old client (ApiVersions v0-2) the bridge serves; ``ranges`` (every connection's)
+    for any other."""
+    if api_version >= FIRST_MODERN_API_VERSIONS or not plan.plans(ctx.upstream_ranges):
+        return ranges
+    if not serves(ctx, client_id):
         return ranges
     return plan.widen(ranges, ctx.upstream_ranges)
 

@@ -116,3 +116,22 @@ def decide(
 
 def parse_rules(texts: Sequence[str]) -> tuple[Rule, ...]:
     return tuple(parse_rule(text) for text in texts)
+
+
+def read_rules_file(path: str) -> tuple[Rule, ...]:
+    """``[bridge] policy_file``: one rule a line, ``#`` comments and blank lines skipped.
+    ValueError names the line that is wrong (or the file that cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as lines:
+            texts = [(n, line.split("#", 1)[0].strip()) for n, line in enumerate(lines, 1)]
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    rules: list[Rule] = []
+    for number, text in texts:
+        if not text:
+            continue
+        try:
+            rules.append(parse_rule(text))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from None
+    return tuple(rules)

@@ -9,14 +9,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
-from ..bridge.policy import parse_rule
-from ._declare import Shape, setting
+from ..bridge.policy import parse_rule, read_rules_file
+from ._declare import ConfigError, Shape, setting
 
 Rules = Annotated[
     tuple[str, ...], Shape("a list of 'MATCH... -> bridge|refuse' rules", item_parse=parse_rule)
 ]
+
+
+def _rules_file(key: str, value: Any) -> None:
+    if value is not None:
+        try:
+            read_rules_file(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -36,4 +44,12 @@ class Bridge:
         name="policy",
         why="per-client exceptions, first match wins: 'client_id=REGEX software=NAME "
         "version=<2.0 principal=User:x -> bridge|refuse'",
+    )
+    bridge_policy_file: str | None = setting(
+        None,
+        table="bridge",
+        name="policy_file",
+        check=_rules_file,
+        why="more rules, one a line, read again on SIGHUP (a file that does not load keeps "
+        "the rules before it); they come before [bridge] policy's",
     )

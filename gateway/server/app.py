@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .. import __version__
+from ..bridge.hook import PolicyFileError, reload_policy
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import CatalogueError
@@ -388,9 +389,14 @@ class Gateway(Negotiation, Listeners):
             if self.client_tls is not None:
                 reload_client_chain(self.client_tls, self.config)
             catalogue_changed = self.features.reload_catalogue()
-        except (TlsSetupError, CatalogueError) as exc:
+            bridge_policy_changed = reload_policy(self.config)
+        except (TlsSetupError, CatalogueError, PolicyFileError) as exc:
             self.metrics.config_reloads.labels("failed").inc()
-            key = exc.key if isinstance(exc, TlsSetupError) else "features.catalogue"
+            key = (
+                exc.key
+                if isinstance(exc, TlsSetupError | PolicyFileError)
+                else "features.catalogue"
+            )
             limited.error("gateway.reload_failed", key=key, reason=str(exc), kept="old")
             return
         self.metrics.config_reloads.labels("ok").inc()
@@ -399,6 +405,7 @@ class Gateway(Negotiation, Listeners):
             result="ok",
             tls_cert=self.config.tls_cert,
             catalogue_changed=catalogue_changed,
+            bridge_policy_changed=bridge_policy_changed,
         )
 
     def request_stop(self, why: str = "stop") -> None:

@@ -42,9 +42,8 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
         "finalized_features": report.finalized,
         "finalized_epoch": report.epoch,
     }
-    # The version bridge's ranges for a client it serves; a client naming its software
-    # (v3+) is judged again by it.
-    ranges = advertised(ctx, ctx.ranges, header.client_id, None)
+    # An old client the version bridge serves is told the versions it carries.
+    ranges = advertised(ctx, ctx.ranges, header.api_version, header.client_id)
     answer = answer_api_versions(
         header,
         body,
@@ -53,18 +52,6 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
         software_tags=gw.software_tags,
         **feature_fields,
     )
-    if answer.client_software is not None:
-        named = advertised(ctx, ctx.ranges, header.client_id, answer.client_software)
-        if named != ranges:
-            ranges = named
-            answer = answer_api_versions(
-                header,
-                body,
-                ranges,
-                broker_software=gw.broker_software(ctx.upstream_address),
-                software_tags=gw.software_tags,
-                **feature_fields,
-            )
     if answer.client_software is not None and misreads_tagged_fields(*answer.client_software):
         # librdkafka before 2.1 skips one byte too few per tagged field: two KIP-885
         # tags throw its ApiVersions parser off (seen with Debian 12's kcat, 2.0.2).

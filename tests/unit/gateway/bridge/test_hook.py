@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecordsBuilder
@@ -130,14 +131,16 @@ def test_the_policy_refuses_and_the_switch_turns_it_off() -> None:
     off = FakeExchange(Config(bridge_old_clients=False))
     request, body = _request(_produce(-1))
     assert not hook.carry(off, request, body)  # type: ignore[arg-type]
-    assert hook.advertised(off, off.ranges, "app", None) is off.ranges  # type: ignore[arg-type]
+    assert hook.advertised(off, off.ranges, 0, "app") is off.ranges  # type: ignore[arg-type]
 
 
-def test_a_bridged_client_is_told_the_old_versions_and_no_other_is() -> None:
-    ctx = FakeExchange(Config(bridge_policy=("software=modern -> refuse",)))
-    told = hook.advertised(ctx, ctx.ranges, "app", None)  # type: ignore[arg-type]
+def test_an_old_bridged_client_is_told_the_old_versions_and_no_other_is() -> None:
+    ctx = FakeExchange(Config(bridge_policy=("client_id=^legacy -> refuse",)))
+    told = hook.advertised(ctx, ctx.ranges, 0, "app")  # type: ignore[arg-type]
     assert told[1][0] == 0 and told[2][0] == 0 and ctx.ranges[1][0] == 4
-    assert hook.advertised(ctx, ctx.ranges, "app", ("modern", "1.0")) is ctx.ranges  # type: ignore[arg-type]
+    assert hook.advertised(ctx, ctx.ranges, 2, "legacy-1") is ctx.ranges  # type: ignore[arg-type]
+    # ApiVersions v3+ (KIP-511, Kafka 2.4's clients on): the broker's ranges, unchanged.
+    assert hook.advertised(ctx, ctx.ranges, 3, "app") is ctx.ranges  # type: ignore[arg-type]
 
 
 def test_versions_the_upstream_accepts_are_not_bridged() -> None:
@@ -233,3 +236,20 @@ def test_mangled_fetch_answers_close_the_connection_and_raise_nothing(data: Any)
     answer = answer[: data.draw(st.integers(0, len(answer)))]
     ctx.handlers[0](memoryview(struct.pack(">i", -5) + bytes(answer)))
     assert ctx.answers or ctx.closed
+
+
+def test_the_policy_file_is_read_again_on_reload(tmp_path: Any) -> None:
+    rules = tmp_path / "bridge-policy.txt"
+    rules.write_text("# who is refused\nclient_id=^legacy -> refuse\n")
+    config = Config(bridge_policy_file=str(rules))
+    ctx = FakeExchange(config)
+    assert not hook.serves(ctx, "legacy-1")  # type: ignore[arg-type]
+    assert hook.serves(ctx, "app")  # type: ignore[arg-type]
+    rules.write_text("client_id=^app -> refuse\n")
+    assert hook.reload_policy(config)
+    assert hook.serves(ctx, "legacy-1") and not hook.serves(ctx, "app")  # type: ignore[arg-type]
+    assert not hook.reload_policy(config)  # unchanged
+    rules.write_text("client_id=x -> maybe\n")
+    with pytest.raises(hook.PolicyFileError, match=r"bridge-policy\.txt:1"):
+        hook.reload_policy(config)
+    assert not hook.serves(ctx, "app")  # type: ignore[arg-type]  # the rules before it stay
