@@ -165,6 +165,8 @@ def _note(ctx: Exchange, api: str, version: int, target: int, client_id: str | N
         if not info.bridged:
             ctx.gateway.metrics.bridge.connections.inc()
         info.bridged += 1
+        if info.record is not None:  # /clients: the identity's bridged requests
+            info.record.bridged += 1
     software = info.software if info is not None else ("unknown", "unknown")
     identity = (*software, client_id)
     if identity in _logged:

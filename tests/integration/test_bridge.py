@@ -5,6 +5,7 @@ unaffected."""
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from pathlib import Path
@@ -131,6 +132,14 @@ def test_old_kafka_python_is_carried_across_kafka_4(
     assert 'api="Fetch"' in text and "kafka_gateway_bridge_cpu_seconds_total" in text
     log = bridged.log_text()
     assert '"bridge.client_bridged"' in log
+    # /clients: the old client's identity (its client id) with the requests bridged.
+    url = bridged.metrics_url.replace("/metrics", "/clients")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        identities = json.loads(response.read())
+    assert any(
+        i["client_id"].startswith("kafka-python") and i["bridged_requests"] > 0
+        for i in identities
+    ), identities
     assert '"request.rejected"' not in log and "rewrite_failed" not in log
 
 
