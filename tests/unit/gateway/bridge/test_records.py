@@ -6,11 +6,28 @@ from __future__ import annotations
 import struct
 
 import pytest
+from kafka import codec
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from gateway.bridge import records
-from gateway.bridge.records import GZIP, NO_COMPRESSION, to_message_set, to_record_batch
+from gateway.bridge.records import (
+    GZIP,
+    LZ4,
+    NO_COMPRESSION,
+    SNAPPY,
+    to_message_set,
+    to_record_batch,
+)
+
+# snappy and lz4 need codec libraries kafka-python leaves optional (python-snappy or
+# cramjam, lz4): tested where they are installed.
+CODECS = [
+    NO_COMPRESSION,
+    GZIP,
+    pytest.param(SNAPPY, marks=pytest.mark.skipif(not codec.has_snappy(), reason="no snappy")),
+    pytest.param(LZ4, marks=pytest.mark.skipif(not codec.has_lz4(), reason="no lz4")),
+]
 
 
 def _values(i: int) -> tuple[bytes | None, bytes | None]:
@@ -37,7 +54,7 @@ def _batch(base: int, count: int, compression: int, log_append: int | None = Non
 
 
 @pytest.mark.parametrize("magic", [0, 1])
-@pytest.mark.parametrize("compression", [NO_COMPRESSION, GZIP])
+@pytest.mark.parametrize("compression", CODECS)
 def test_produce_message_sets_become_one_record_batch(magic: int, compression: int) -> None:
     builder = MemoryRecordsBuilder(magic, compression, 1 << 24)
     for i in range(40):
@@ -64,7 +81,7 @@ def test_produce_of_several_wrappers_keeps_every_record() -> None:
 
 
 @pytest.mark.parametrize("magic", [0, 1])
-@pytest.mark.parametrize("compression", [NO_COMPRESSION, GZIP])
+@pytest.mark.parametrize("compression", CODECS)
 def test_fetched_batches_become_message_sets(magic: int, compression: int) -> None:
     data = _batch(100, 20, compression) + _batch(120, 20, compression)
     converted = to_message_set(data, magic, 105, 1 << 20)
@@ -76,7 +93,7 @@ def test_fetched_batches_become_message_sets(magic: int, compression: int) -> No
     assert converted.headers_dropped == len([o for o in range(105, 140) if (o - 100) % 20 % 5 == 1])
     wrappers = list(MemoryRecords(converted.data))
     if compression:
-        assert len(wrappers) == 2 and {w.compression_type for w in wrappers} == {GZIP}
+        assert len(wrappers) == 2 and {w.compression_type for w in wrappers} == {compression}
         assert all(w.validate_crc() for w in wrappers)
     else:
         assert len(wrappers) == 35
