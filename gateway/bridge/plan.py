@@ -75,10 +75,21 @@ def applies_kip896(upstream: dict[int, VersionRange]) -> bool:
     return fetch is not None and fetch[0] > removed()[FETCH][1]
 
 
+# The last upstream asked about and its answer: every connection to one upstream shares
+# its ranges dict (``Negotiated``), so a held-back request costs one identity check.
+_last: tuple[dict[int, VersionRange], dict[int, Bridged]] | None = None
+
+
 def plans(upstream: dict[int, VersionRange]) -> dict[int, Bridged]:
     """API key → what the bridge carries for a connection to this upstream (empty for an
     upstream that accepts every version)."""
-    return _plans(tuple(sorted(upstream.items())))
+    global _last
+    last = _last
+    if last is not None and last[0] is upstream:
+        return last[1]
+    found = _plans(tuple(sorted(upstream.items())))
+    _last = (upstream, found)
+    return found
 
 
 @cache
