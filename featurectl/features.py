@@ -58,6 +58,14 @@ class FeatureRow:
     # go higher: the ones holding the feature back. Empty when all agree.
     limited_by: tuple[str, ...]
     description: str | None
+    # The lowest level the live gateways' brokers finalized (their registrations'
+    # broker_finalized_features); None when no live gateway's broker reports features.
+    broker_finalized: int | None = None
+
+    @property
+    def withheld(self) -> bool:
+        """The brokers finalized more than the gateways hold: clients get the lower."""
+        return self.broker_finalized is not None and self.broker_finalized > self.finalized_level
 
 
 def _range_of(registration: Registration, feature: str) -> VersionRange:
@@ -80,6 +88,9 @@ def describe_rows(
         if high is not None and any(hi > high for _, hi in ranges.values()):
             limited = tuple(sorted(g for g, (_, hi) in ranges.items() if hi == high))
         spec = catalogue.get(name)
+        brokers = [
+            r.broker_finalized.get(name, 0) for r in registrations if r.broker_finalized is not None
+        ]
         rows.append(
             FeatureRow(
                 feature=name,
@@ -89,9 +100,26 @@ def describe_rows(
                 epoch=finalized.epoch,
                 limited_by=limited,
                 description=spec.description if spec is not None else None,
+                broker_finalized=min(brokers) if brokers else None,
             )
         )
     return rows
+
+
+def withheld_lines(rows: Iterable[FeatureRow]) -> list[str]:
+    """describe's line per feature the brokers finalized above the gateways' level."""
+    return [
+        f"{row.feature}: brokers finalized {row.broker_finalized}, gateways hold "
+        f"{row.finalized_level}; clients get {row.finalized_level}"
+        + (
+            f" (featurectl finalize --feature {row.feature}={target} to serve {target})"
+            if (target := min(row.broker_finalized or 0, row.supported_max or 0))
+            > row.finalized_level
+            else " (no level above it is supported by every live gateway)"
+        )
+        for row in rows
+        if row.withheld
+    ]
 
 
 def describe_document(
@@ -108,6 +136,7 @@ def describe_document(
                 "supported_max_version": row.supported_max,
                 "finalized_version_level": row.finalized_level,
                 "limited_by": list(row.limited_by),
+                "broker_finalized_version_level": row.broker_finalized,
             }
             for row in rows
         ],

@@ -43,8 +43,9 @@ examples:
 Feature gating (KIP-584) is on when --zookeeper is given (the embedded default starts
 one): the gateway reads <chroot>/feature, withholds API versions of unfinalized feature
 levels, registers itself under <chroot>/gateways/ids/<id>, and refuses to start (exit 1)
-when a finalized level exceeds what it and its broker support. Operate levels with
-featurectl:
+when a finalized level exceeds what it and its broker support. With no <chroot>/feature
+yet, the fleet first takes the levels its brokers finalized, once (--no-adopt-broker-features:
+start with nothing finalized). Operate levels with featurectl:
   featurectl --help
 
 Every flag can also be set in the TOML file given with --config (see conf/gateway.toml);
@@ -85,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--zookeeper-chroot",
         metavar="PATH",
         help="ZooKeeper path holding feature and gateways/ids [/kafka-gateway]",
+    )
+    p.add_argument(
+        "--adopt-broker-features",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with nothing finalized in ZooKeeper yet, take the levels the brokers "
+        "finalized, once [on]",
     )
     p.add_argument(
         "--gateway-id",

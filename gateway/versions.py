@@ -136,6 +136,25 @@ def negotiate(
     return out
 
 
+# KIP-896: Kafka 4.0 removed Produce v0-2 and Fetch v0-3, yet a 4.x broker still lists
+# Produce from v0 in ApiVersions (KAFKA-18659: old librdkafka builds refuse a broker that
+# lacks Produce v0) and closes the connection on a Produce v0-2 request (seen with 4.1.1
+# and 4.4.0; Kafka 4.x's ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION). Its Fetch
+# minimum of 4 tells such a broker from a 3.x one, which takes both.
+PRODUCE_KEY, FETCH_KEY = 0, 1
+KIP_896_FETCH_MIN, KIP_896_PRODUCE_MIN = 4, 3
+
+
+def refused_below(upstream: Mapping[int, VersionRange]) -> dict[int, int]:
+    """API key -> the lowest version the upstream accepts, where it advertises lower
+    ones it refuses (Kafka 4.x's Produce). The gateway advertises what the broker does
+    and refuses the rest itself, so the refusal is counted and attributed."""
+    produce, fetch = upstream.get(PRODUCE_KEY), upstream.get(FETCH_KEY)
+    if produce and fetch and fetch[0] >= KIP_896_FETCH_MIN and produce[0] < KIP_896_PRODUCE_MIN:
+        return {PRODUCE_KEY: KIP_896_PRODUCE_MIN}
+    return {}
+
+
 def parse_api_versions_response(body: bytes | memoryview, version: int) -> dict[int, VersionRange]:
     """The ranges an upstream advertises, from its ApiVersions response body.
 

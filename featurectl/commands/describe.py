@@ -23,6 +23,7 @@ from ..features import (
     describe_rows,
     features_table,
     gateways_table,
+    withheld_lines,
 )
 from ..kafka import Described
 from ..kafka_format import DESCRIBE_OUTPUTS
@@ -49,12 +50,16 @@ columns:
   Epoch                the finalized features' epoch ('-': never finalized)
   LimitedBy            gateways whose maximum is the cluster-wide one while another
                        gateway could serve more: the ones holding the feature back
+  then, per feature the gateways' brokers finalized higher (from the registrations):
+  "NAME: brokers finalized N, gateways hold M" and the command that would raise it
 
 json (--output json): one document on stdout
   epoch      the finalized features' epoch (-1: never finalized)
   features   [{{"feature", "description" (null if not in the built-in catalogue),
                "supported_min_version", "supported_max_version" (null: no live
-               gateway), "finalized_version_level", "limited_by": [ids]}}]
+               gateway), "finalized_version_level", "limited_by": [ids],
+               "broker_finalized_version_level" (null: no live gateway's broker
+               reports features)}}]
   gateways   [{{"id", "listener", "upstream", "broker_software_name",
                "broker_software_version", "gateway_version", "metrics_url",
                "features": {{NAME: {{"min_version", "max_version"}}}}}}]
@@ -125,6 +130,8 @@ def describe(args: argparse.Namespace) -> int:
     console = stdout_console()
     console.print(features_table(rows))
     console.print()
+    for line in withheld_lines(rows):
+        console.print(line, highlight=False, markup=False)
     if registrations:
         console.print(f"Live gateways ({len(registrations)}):")
         console.print(gateways_table(registrations))

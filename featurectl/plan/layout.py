@@ -184,6 +184,7 @@ def registration_from_dict(doc: Mapping[str, Any]) -> Registration:
         broker_software_version=str(doc.get("broker_software_version", "unknown")),
         gateway_version=str(doc.get("gateway_version", "unknown")),
         timestamp_ms=int(doc.get("timestamp_ms", 0)),
+        broker_finalized=doc.get("broker_finalized"),
     )
 
 

@@ -104,6 +104,12 @@ class Features:
         name="check_hostname",
         why="compare ZooKeeper's certificate name with its host",
     )
+    adopt_broker_features: bool = setting(
+        True,
+        flag="--adopt-broker-features",
+        why="a fleet whose ZooKeeper holds no feature znode yet takes the levels its "
+        "brokers finalized (once, audited); false: start with nothing finalized",
+    )
     gateway_id: str | None = setting(
         None,
         flag="--gateway-id",

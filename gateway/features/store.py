@@ -170,6 +170,25 @@ class FeatureStore:
         audit_feature_change(old, levels, expected_epoch, new_epoch, who or {})
         return new_epoch
 
+    def adopt(
+        self,
+        levels: Mapping[str, int],
+        *,
+        upstream: str,
+        skipped: Mapping[str, str],
+        who: Mapping[str, object],
+    ) -> int | None:
+        """Create the feature znode holding ``levels`` unless it exists. Returns its epoch
+        (0), or None when it exists: another gateway of the fleet adopted first, or an
+        operator owns it (even emptied); the caller re-reads. One create, so however many
+        gateways start at once, one adopts and logs ``features.adopted``."""
+        try:
+            epoch = self._write(levels, NO_EPOCH)
+        except EpochConflict:
+            return None
+        audit_feature_adoption(levels, upstream, skipped, epoch, who)
+        return epoch
+
     def _write(self, levels: Mapping[str, int], expected_epoch: int) -> int:
         data = encode_feature_znode(levels)
         self._secure()
@@ -342,4 +361,28 @@ def audit_feature_change(
         old_levels=dict(old) if old is not None else None,
         new_levels=dict(new),
         epoch=f"{old_epoch} -> {new_epoch}",
+    )
+
+
+def audit_feature_adoption(
+    levels: Mapping[str, int],
+    upstream: str,
+    skipped: Mapping[str, str],
+    epoch: int,
+    who: Mapping[str, object],
+) -> None:
+    """The one line (``features.adopted``) of a fleet taking its brokers' finalized levels
+    into an empty store: the levels, the broker they came from, what was left out and
+    why, and the epoch; shaped like ``features.changed``."""
+    _audit.info(
+        "features.adopted",
+        principal=who.get("principal", "unknown"),
+        address=who.get("address", "unknown"),
+        **{k: v for k, v in who.items() if k not in ("principal", "address")},
+        upstream=upstream,
+        changes={name: f"0 -> {level}" for name, level in sorted(levels.items())},
+        old_levels=None,
+        new_levels=dict(levels),
+        skipped=dict(skipped),
+        epoch=f"{NO_EPOCH} -> {epoch}",
     )

@@ -94,6 +94,10 @@ class Registration:
     gateway_version: str = "unknown"
     # Milliseconds since the epoch when this registration was written.
     timestamp_ms: int = 0
+    # The levels its upstream broker finalized (ApiVersions v3+), so that featurectl can
+    # say what the brokers have that the gateways withhold; None: the broker reports no
+    # features (Tansu, Kafka in ZooKeeper mode) or it is not known yet.
+    broker_finalized: Mapping[str, int] | None = None
 
 
 def encode_registration(reg: Registration) -> bytes:
@@ -113,6 +117,8 @@ def encode_registration(reg: Registration) -> bytes:
         },
         "timestamp": str(reg.timestamp_ms),
     }
+    if reg.broker_finalized is not None:
+        doc["broker_finalized_features"] = dict(sorted(reg.broker_finalized.items()))
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -132,6 +138,12 @@ def decode_broker_features(broker_id: str, data: bytes) -> dict[str, VersionRang
         raise ZNodeError(f"registration of broker {broker_id!r} is unreadable: {exc!r}") from None
 
 
+def _broker_finalized(value: Any) -> dict[str, int] | None:
+    if value is None:
+        return None
+    return {str(name): int(level) for name, level in value.items()}
+
+
 def decode_registration(gateway_id: str, data: bytes) -> Registration:
     try:
         doc = json.loads(data)
@@ -147,6 +159,7 @@ def decode_registration(gateway_id: str, data: bytes) -> Registration:
             broker_software_version=str(software.get("version", "unknown")),
             gateway_version=str(doc.get("gateway_version", "unknown")),
             timestamp_ms=int(doc.get("timestamp", 0)),
+            broker_finalized=_broker_finalized(doc.get("broker_finalized_features")),
         )
     except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ZNodeError(f"registration of gateway {gateway_id!r} is unreadable: {exc!r}") from None

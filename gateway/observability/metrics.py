@@ -281,6 +281,13 @@ class Metrics:
             ["feature"],
             registry=r,
         )
+        self.feature_broker_finalized = Gauge(
+            "kafka_gateway_feature_broker_finalized_level",
+            "Level the upstream broker finalized of each feature the catalogue gates "
+            "(ApiVersions v3+); above kafka_gateway_feature_finalized_level: withheld",
+            ["feature", "upstream"],
+            registry=r,
+        )
         self.connections_renegotiated = Counter(
             "kafka_gateway_connections_renegotiated_total",
             "Connections drained (in-flight requests answered, then closed) because a "

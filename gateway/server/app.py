@@ -243,9 +243,16 @@ class Gateway(Negotiation, Listeners):
         if upstream is None or interval_ms == 0 or self.config.metrics_listen is None:
             return
         tls, hostname = self.upstream_tls, self.upstream_server_hostname(upstream)
+
+        async def probe() -> None:
+            _, features = await probe_api_versions(upstream.host, upstream.port, tls, hostname)
+            # A supervisor learns nothing from client connections (its workers do): this
+            # keeps its registration's and metric's broker levels current.
+            self.features.observe_broker(str(upstream), features)
+
         self.upstream_watch = UpstreamWatch(
             upstream,
-            lambda: probe_api_versions(upstream.host, upstream.port, tls, hostname),
+            probe,
             interval_ms / 1000,
             self.config.upstream_connect_timeout_s,
             on_error=self.metrics.upstream_connect_errors.labels(str(upstream)).inc,
@@ -302,6 +309,7 @@ class Gateway(Negotiation, Listeners):
             broker_software_version=software.version,
             gateway_version=__version__,
             timestamp_ms=int(time.time() * 1000),
+            broker_finalized=self.features.brokers.finalized(),
         )
 
     def _features_changed(self) -> None:

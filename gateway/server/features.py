@@ -47,6 +47,7 @@ from ..features.validation import (
 )
 from ..features.znode import NO_EPOCH, Finalized, Registration
 from ..observability.logging import get_logger
+from .broker_levels import BrokerAdoption, BrokerLevels
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -63,7 +64,7 @@ class FeatureStartupError(Exception):
     """The gateway must not start (ZooKeeper unreachable, levels it cannot serve, ...)."""
 
 
-class FeatureGate:
+class FeatureGate(BrokerAdoption):
     def __init__(
         self,
         config: Config,
@@ -100,6 +101,9 @@ class FeatureGate:
         # worker that finds levels it cannot serve starts paused, as at run time).
         self.registers = True
         self.refuse_at_startup = True
+        # The brokers' levels; adopted into an empty store once (broker_levels).
+        self.brokers = BrokerLevels(metrics)
+        self.brokers.adopting = self.enabled and config.adopt_broker_features
         metrics.zookeeper_staleness.set_function(self.staleness_s)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -130,7 +134,11 @@ class FeatureGate:
         self._set_connected(True)
         client.add_listener(self._on_state)
         first = await self._loop.run_in_executor(None, self._store.read)
-        self._apply(first, startup=True)
+        # The process that registers adopts (a supervisor, not its workers); one whose
+        # probe failed adopts when an answer comes (observe_broker).
+        self.brokers.adopting &= self.registers and first.epoch == NO_EPOCH
+        adopted = await self._adopt(self.brokers.take_adoption(self.supported))
+        self._apply(adopted or first, startup=True)
         self._store.watch(self._on_watch)
 
     async def stop(self, timeout_s: float = 3.0) -> None:
@@ -172,8 +180,14 @@ class FeatureGate:
         With several upstreams (cluster mode) the gateway supports what every one allows.
         """
         known = self._available.get(upstream)
-        if known is not None and known[0] == available and known[1].shape() == features.shape():
-            return  # a new epoch alone changes no support
+        # A new epoch alone changes no support.
+        if known is None or known[0] != available or known[1].shape() != features.shape():
+            self._learn(upstream, available, features)
+        self.observe_broker(upstream, features)
+
+    def _learn(
+        self, upstream: str, available: dict[int, VersionRange], features: FeatureReport
+    ) -> None:
         self._available[upstream] = (available, features)
         per_upstream = [
             supported_through(supported(self.catalogue, a), f) for a, f in self._available.values()
@@ -324,6 +338,8 @@ class FeatureGate:
             levels=dict(finalized.levels),
         )
         self._check_compatible(startup=startup)
+        self.brokers.compare(finalized.levels, self.supported or {}, self.catalogue)
+        self.brokers.adopting &= finalized.epoch == NO_EPOCH  # the operator's from now on
         self._on_change()
 
     def _check_compatible(self, *, startup: bool) -> None:

@@ -18,7 +18,14 @@ from ..interceptors import dispatch
 from ..observability.logging import get_logger
 from ..observability.metrics import Metrics
 from ..protocol import DESCRIBE_CLUSTER, api_name, protocol_data
-from ..versions import PASS_THROUGH, BrokerSoftware, VersionRange, fingerprint, negotiate
+from ..versions import (
+    PASS_THROUGH,
+    BrokerSoftware,
+    VersionRange,
+    fingerprint,
+    negotiate,
+    refused_below,
+)
 from .features import FeatureGate
 from .proxy import PlainTable
 from .routing import ClusterRouter, SidecarRouter
@@ -95,6 +102,9 @@ class Negotiation:
         available = negotiate(self._own_ranges, upstream)
         ranges = self.advertised_ranges(address, upstream, available, upstream_features)
         passthrough = dict(ranges)
+        for api_key, lowest in refused_below(upstream).items():
+            if api_key in passthrough:  # advertised as the broker does, refused here
+                passthrough[api_key] = (max(lowest, passthrough[api_key][0]), ranges[api_key][1])
         for api_key in dispatch.answered_here(self, upstream):
             passthrough.pop(api_key, None)
         bridge_plan.narrow(passthrough, upstream)  # versions Kafka 4 closes on: held back

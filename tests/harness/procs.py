@@ -730,6 +730,11 @@ class GatewayProcess(ManagedProcess):
             argv += ["--advertised-host", self.advertised_host]
         if self.metrics_port is not None:
             argv += ["--metrics-listen", f"{self.host}:{self.metrics_port}"]
+        adopt_flags = {"--adopt-broker-features", "--no-adopt-broker-features"}
+        if "--zookeeper" in self.extra_args and not adopt_flags & set(self.extra_args):
+            # Tests written before adoption (and most since) start from a store that stays
+            # empty until they finalize; test_adopt_broker_features passes the flag.
+            argv += ["--no-adopt-broker-features"]
         if "--workers" not in self.extra_args:
             # One process unless a test asks for workers: most tests look at one
             # gateway's state, and a process each keeps a 2-core CI box responsive.

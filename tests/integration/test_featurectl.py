@@ -178,6 +178,8 @@ def test_describe_json_is_one_document(cluster: Cluster) -> None:
             "supported_max_version": 1,
             "finalized_version_level": 0,
             "limited_by": ["gw-b"],
+            # These registrations carry no broker levels (a broker reporting no features).
+            "broker_finalized_version_level": None,
         }
     ]
     assert [g["id"] for g in doc["gateways"]] == ["gw-a", "gw-b"]

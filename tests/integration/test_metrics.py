@@ -54,6 +54,8 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_feature_finalized_epoch": ("gauge", []),
     "kafka_gateway_feature_supported_min_level": ("gauge", ["feature"]),
     "kafka_gateway_feature_supported_max_level": ("gauge", ["feature"]),
+    # what the upstream broker finalized, beside what the gateways hold (broker_levels.py)
+    "kafka_gateway_feature_broker_finalized_level": ("gauge", ["feature", "upstream"]),
     # connections drained after a level change withdrew a version (server/withdrawn.py)
     "kafka_gateway_connections_renegotiated": ("counter", ["reason"]),
     "kafka_gateway_zookeeper_connected": ("gauge", []),

@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -29,6 +30,7 @@ from featurectl.features import (
     outcome_document,
     outcome_lines,
     plan_updates,
+    withheld_lines,
 )
 from featurectl.options import DEFAULT_TIMEOUT_S, ZOOKEEPER_AUTH_ENV
 from gateway import __version__
@@ -36,7 +38,12 @@ from gateway.commands import EXIT_SIGPIPE
 from gateway.features.catalogue import parse_catalogue
 from gateway.features.store import ZOOKEEPER_ENV, EpochConflict
 from gateway.features.validation import UpgradeType
-from gateway.features.znode import Finalized, Registration
+from gateway.features.znode import (
+    Finalized,
+    Registration,
+    decode_registration,
+    encode_registration,
+)
 
 CATALOGUE = parse_catalogue(
     {
@@ -191,6 +198,38 @@ def test_gateways_table_lists_listener_upstream_software_and_version() -> None:
     assert lines[3].split() == ["gw-2", "h2:9092", "-", "unknown", "unknown"]
 
 
+def test_describe_says_what_the_brokers_finalized_above_the_gateways_levels() -> None:
+    # gw-1's broker finalized group.version 1 and transaction.version 2; gw-2's reports
+    # no features (Tansu) and says nothing; the store holds transaction.version 1 only.
+    kafka = replace(
+        registration("gw-1", group_version=(0, 1), transaction_version=(0, 2)),
+        broker_finalized={"group.version": 1, "transaction.version": 2, "metadata.version": 27},
+    )
+    tansu = registration("gw-2", group_version=(0, 1), transaction_version=(0, 1))
+    finalized = Finalized({"transaction.version": 1}, 4)
+    rows = rows_by_feature(finalized, kafka, tansu)
+    assert rows["group.version"].broker_finalized == 1
+    assert rows["transaction.version"].broker_finalized == 2
+    assert "metadata.version" not in rows  # not the gateways' to hold
+    assert withheld_lines(rows.values()) == [
+        "group.version: brokers finalized 1, gateways hold 0; clients get 0 "
+        "(featurectl finalize --feature group.version=1 to serve 1)",
+        # gw-2 serves transaction.version 1 at most: nothing to run.
+        "transaction.version: brokers finalized 2, gateways hold 1; clients get 1 "
+        "(no level above it is supported by every live gateway)",
+    ]
+    held = Finalized({"group.version": 1, "transaction.version": 2}, 5)
+    assert withheld_lines(rows_by_feature(held, kafka, tansu).values()) == []
+    assert rows_by_feature(finalized, tansu)["group.version"].broker_finalized is None
+
+
+def test_a_registration_keeps_its_brokers_finalized_levels() -> None:
+    with_levels = replace(registration("gw-1"), broker_finalized={"group.version": 1})
+    for reg in (with_levels, registration("gw-2")):
+        decoded = decode_registration(reg.gateway_id, encode_registration(reg))
+        assert decoded.broker_finalized == reg.broker_finalized
+
+
 def test_describe_document_keys() -> None:
     registrations = [registration("gw-1", group_version=(0, 1))]
     finalized = Finalized({"group.version": 1}, 2)
@@ -205,6 +244,7 @@ def test_describe_document_keys() -> None:
         "supported_max_version": 1,
         "finalized_version_level": 1,
         "limited_by": [],
+        "broker_finalized_version_level": None,
     }
     assert doc["gateways"] == [
         {

@@ -63,6 +63,7 @@ METRICS = frozenset(
         "kafka_gateway_feature_finalized_epoch",
         "kafka_gateway_feature_supported_min_level",
         "kafka_gateway_feature_supported_max_level",
+        "kafka_gateway_feature_broker_finalized_level",
         "kafka_gateway_zookeeper_connected",
         "kafka_gateway_zookeeper_staleness_seconds",
         "kafka_gateway_healthy",

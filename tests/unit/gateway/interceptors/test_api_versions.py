@@ -315,3 +315,17 @@ def test_describe_cluster_top_level_tags(version: int) -> None:
     assert read_broker_software(spliced, api_key=60, version=version) == ("Apache Kafka", "3.7")
     decoded, _ = entity_reader(schema)(strip_unknown_tags(60, version, spliced), 0)
     assert decoded == schema(**kwargs)
+
+
+def test_v5_reads_the_client_software_before_kip_1242s_fields_and_answers_v5() -> None:
+    # ApiVersions v5 (Kafka 4.4, KIP-1242) adds ClusterId (compact nullable string) and
+    # NodeId (int32) after the client software; its response is v3's layout (Kafka's specs).
+    extra = b"\x05abcd" + struct.pack(">i", 1)  # ClusterId "abcd", NodeId 1
+    header, body = request(5, software_body("apache-kafka-java", "4.4.0")[:-1] + extra + b"\x00")
+    answer = answer_api_versions(header, body, {**RANGES, 18: (0, 5)}, broker_software=KAFKA_37)
+    assert answer.error_code == 0
+    assert answer.response_version == 5
+    assert answer.client_software == ("apache-kafka-java", "4.4.0")
+    message = decode_payload(answer.payload, 3)  # v5's bytes read as v3's layout
+    assert ranges_of(message)[18] == (0, 5)
+    assert read_broker_software(answer.payload, version=5) == tuple(KAFKA_37)

@@ -103,3 +103,14 @@ def test_what_the_gateway_does_not_decode_passes_at_the_upstreams_versions() -> 
     for key in (1, METADATA):
         assert got.ranges[key] == (0, gw.own_range(key)[1]) != upstream[key]
     assert gw.own_range(1000) == (0, 0x7FFF)  # what passes through: any version
+
+
+def test_kafka_4s_produce_v0_to_2_are_advertised_as_the_broker_does_and_refused_here() -> None:
+    # A 4.x broker (Fetch from v4) lists Produce from v0 (KAFKA-18659) but closes the
+    # connection on v0-2 (KIP-896): clients are told what the broker says, and the gateway
+    # refuses v0-2 itself, so the refusal is counted and attributed. A 3.x broker takes them.
+    gw = _gateway()
+    kafka_4 = gw.negotiated(gw.config.upstream, {0: (0, 13), 1: (4, 18)})
+    assert kafka_4.ranges[0] == (0, 13) and kafka_4.passthrough[0] == (3, 13)
+    kafka_3 = gw.negotiated(gw.config.upstream, {0: (0, 11), 1: (0, 17)})
+    assert kafka_3.ranges[0] == kafka_3.passthrough[0] == (0, 11)
