@@ -6,7 +6,10 @@ Kafka 4.0 removed old versions of a dozen client APIs (KIP-896). The merged spec
 still advertises Produce v0-2, for old librdkafka builds that insist on seeing v0, but
 closes the connection on them: KAFKA-18659); for such an upstream each removed version
 of a bridged API is converted up to the lowest version it accepts. An upstream that
-still offers them (3.9 and older) gets them as they are: the bridge does nothing.
+still offers them (3.9 and older) gets them as they are: the bridge does nothing. The
+removed versions never pass through to a 4.x upstream: those it no longer advertises
+fall outside the pass-through table, and Produce v0-2, which it still advertises, are
+held back by ``versions.refused_below``.
 
 Pure functions of the upstream's ApiVersions ranges, computed once per distinct answer.
 """
@@ -70,7 +73,9 @@ def removed() -> dict[int, VersionRange]:
 
 
 def applies_kip896(upstream: dict[int, VersionRange]) -> bool:
-    """Whether this upstream removed the KIP-896 versions (Fetch v0-3 no longer offered)."""
+    """Whether this upstream removed the KIP-896 versions (Fetch v0-3 no longer offered:
+    the test ``versions.refused_below`` makes too, by which the gateway holds Produce
+    v0-2 back from a 4.x broker's pass-through, so they reach ``hook.carry``)."""
     fetch = upstream.get(FETCH)
     return fetch is not None and fetch[0] > removed()[FETCH][1]
 
@@ -106,16 +111,6 @@ def _plans(upstream: tuple[tuple[int, VersionRange], ...]) -> dict[int, Bridged]
         if target <= offered[1]:
             out[key] = Bridged(low, target)
     return out
-
-
-def narrow(passthrough: dict[int, VersionRange], upstream: dict[int, VersionRange]) -> None:
-    """Leave the bridged versions out of a pass-through table: the upstream would close
-    the connection on them (Produce v0-2 stays advertised by Kafka 4.x), so they go to
-    the interceptors, which bridge them or refuse them as Kafka 4 would."""
-    for key, bridged in plans(upstream).items():
-        forwarded = passthrough.get(key)
-        if forwarded is not None and forwarded[0] < bridged.target:
-            passthrough[key] = (bridged.target, forwarded[1])
 
 
 def widen(

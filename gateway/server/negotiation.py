@@ -11,7 +11,6 @@ it reads the gateway's config, feature gate, router and metrics.
 from __future__ import annotations
 
 from .. import __version__
-from ..bridge import plan as bridge_plan
 from ..config import Config, HostPort
 from ..features.report import NO_FEATURES, FeatureReport, merge_reports
 from ..interceptors import dispatch
@@ -107,7 +106,6 @@ class Negotiation:
                 passthrough[api_key] = (max(lowest, passthrough[api_key][0]), ranges[api_key][1])
         for api_key in dispatch.answered_here(self, upstream):
             passthrough.pop(api_key, None)
-        bridge_plan.narrow(passthrough, upstream)  # versions Kafka 4 closes on: held back
         caps = self.features.caps_for(upstream_features)
         for api_key, (low, high) in ranges.items():
             if caps.get(api_key, high) < low:

@@ -39,21 +39,24 @@ def test_kafka_4_4_gets_each_removed_version_converted_to_its_lowest() -> None:
 def test_kafka_3_9_is_left_alone() -> None:
     assert not plan.applies_kip896(KAFKA_39)
     assert plan.plans(KAFKA_39) == {}
-    passthrough = dict(KAFKA_39)
-    plan.narrow(passthrough, KAFKA_39)
-    assert passthrough == KAFKA_39
     assert plan.widen(KAFKA_39, KAFKA_39) is KAFKA_39
 
 
-def test_narrow_holds_back_what_kafka_4_closes_on_and_widen_tells_the_bridged_range() -> None:
-    passthrough = dict(KAFKA_44)
-    plan.narrow(passthrough, KAFKA_44)
-    assert passthrough[0] == (3, KAFKA_44[0][1])
-    assert passthrough[1] == KAFKA_44[1]  # Fetch v0-3 are not advertised: nothing to hold
+def test_widen_tells_a_bridged_client_the_removed_versions() -> None:
     told = plan.widen(KAFKA_44, KAFKA_44)
     assert told[1] == (0, KAFKA_44[1][1]) and told[2] == (0, KAFKA_44[2][1])
+    assert told[0] == KAFKA_44[0]  # Produce: advertised from v0 by Kafka 4.4 already
     assert told[3] == KAFKA_44[3]  # Metadata: Kafka 4 kept every version
     assert KAFKA_44[1][0] == 4  # the shared table is not changed
+
+
+def test_every_version_the_bridge_carries_is_held_back_from_kafka_4s_pass_through() -> None:
+    from gateway.versions import refused_below
+
+    # Below what 4.4 advertises, or (Produce) held back by refused_below: never forwarded.
+    held = refused_below(KAFKA_44)
+    for key, bridged in plan.plans(KAFKA_44).items():
+        assert max(KAFKA_44[key][0], held.get(key, 0)) == bridged.target, key
 
 
 @pytest.mark.parametrize(
