@@ -216,7 +216,7 @@ def test_acks_0_is_honoured_across_the_bridge(bridged: GatewayProcess, unique_to
     assert 'api="Produce",from_version="2",to_version="3"' in _metrics(bridged)
 
 
-@pytest.mark.parametrize("fallback", ["0.9.0", "0.10.0"])
+@pytest.mark.parametrize("fallback", ["0.8.2", "0.9.0", "0.10.0"])
 def test_librdkafka_with_an_old_fallback_is_carried(
     bridged: GatewayProcess, unique_topic: str, fallback: str
 ) -> None:
@@ -230,8 +230,12 @@ def test_librdkafka_with_an_old_fallback_is_carried(
     assert old.produce(bridged.bootstrap, unique_topic, sent) == RECORDS
     assert old.consume(bridged.bootstrap, unique_topic, RECORDS) == sent
     text = _metrics(bridged)
-    if fallback == "0.9.0":  # Produce v1, Fetch v1, ListOffsets v0: all bridged
-        for api, version in (("Produce", 1), ("Fetch", 1), ("ListOffsets", 0)):
+    sent_versions = {
+        "0.8.2": (("Produce", 0), ("Fetch", 0), ("ListOffsets", 0)),
+        "0.9.0": (("Produce", 1), ("Fetch", 1), ("ListOffsets", 0)),
+    }
+    if fallback in sent_versions:  # all bridged
+        for api, version in sent_versions[fallback]:
             assert f'api="{api}",from_version="{version}"' in text, api
     else:
         # librdkafka asks ApiVersions for any fallback from 0.10 on (its documentation of
@@ -331,3 +335,42 @@ def test_a_policy_refuses_one_client_and_bridges_another(
     )
     assert float(refused_line.rsplit(" ", 1)[1]) >= 1
     assert 'kafka_gateway_bridged_requests_total{api="Produce",from_version="2"' in text
+
+
+def test_librdkafka_0_8_2_commits_through_offset_commit_v1(
+    bridged: GatewayProcess, unique_topic: str
+) -> None:
+    """librdkafka with fallback 0.8.2 commits an assigned partition's offset with
+    OffsetCommit v1 (removed by Kafka 4.0: bridged to v2) and reads it back (v1)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    DRIVERS[0].produce(bridged.bootstrap, unique_topic, [b"a", b"b", b"c"], "all")
+    conf = {
+        "bootstrap.servers": bridged.bootstrap,
+        "group.id": f"g-{unique_topic}",
+        "enable.auto.commit": False,
+        "api.version.request": False,
+        "broker.version.fallback": "0.8.2",
+    }
+    consumer = Consumer(conf)
+    try:
+        consumer.assign([TopicPartition(unique_topic, 0, OFFSET_BEGINNING)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < 3 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+        assert got == [b"a", b"b", b"c"]
+        (committed,) = consumer.commit(asynchronous=False) or []
+        assert committed.error is None and committed.offset == 3
+    finally:
+        consumer.close()
+    again = Consumer(conf)
+    try:
+        (stored,) = again.committed([TopicPartition(unique_topic, 0)], timeout=TIMEOUT_S)
+        assert stored.offset == 3
+    finally:
+        again.close()
+    assert 'api="OffsetCommit",from_version="1",to_version="2"' in _metrics(bridged)
