@@ -10,7 +10,8 @@ A rule is ``MATCH... -> ACTION``, e.g.::
 
 Matches (all must hold): ``software`` (KIP-511 name, exact), ``version`` (its version:
 comparisons joined by commas, ``>=0.9,<2``), ``client_id`` (a regular expression,
-searched), ``principal`` (exact, "User:..."). Old clients send no KIP-511 software
+searched), ``principal`` (exact, "User:...": known from a verified client certificate;
+a SASL identity passes through the gateway unread). Old clients send no KIP-511 software
 (ApiVersions v3 came with Kafka 2.4), so their connections read "unknown" and are told
 apart by client id or principal. Actions: ``bridge``, ``refuse`` (requests at removed
 versions are answered as Kafka 4 answers them).
