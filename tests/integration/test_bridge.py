@@ -374,3 +374,41 @@ def test_librdkafka_0_8_2_commits_through_offset_commit_v1(
     finally:
         again.close()
     assert 'api="OffsetCommit",from_version="1",to_version="2"' in _metrics(bridged)
+
+
+def test_the_policy_file_is_reloaded_on_sighup(
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_reload import reloads
+
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x")
+    rules = tmp_path / "bridge-policy.txt"
+    rules.write_text("client_id=^legacy- -> refuse\n")
+    config = tmp_path / "bridge.toml"
+    config.write_text(f'[bridge]\npolicy_file = "{rules}"\n')
+    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
+    quick = {"api_version": (0, 10), "client_id": "legacy-1", "request_timeout_ms": 5000}
+    from kafka import KafkaProducer
+
+    refused = KafkaProducer(
+        bootstrap_servers=gw.bootstrap, acks="all", max_block_ms=5000, retries=0, **quick
+    )
+    try:
+        future = refused.send(unique_topic, value=b"no", partition=0)
+        refused.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - refused as Kafka 4 refuses it
+            future.get(timeout=1)
+    finally:
+        refused.close(timeout=5)
+    rules.write_text("# every client is bridged now\n")
+    reloads(gw, "ok", 1)
+    sent = [(b"k", b"v%d" % i) for i in range(10)]
+    assert (
+        _produce(gw.bootstrap, unique_topic, sent, api_version=(0, 10), client_id="legacy-1") == 10
+    )
+    assert '"bridge_policy_changed": true' in gw.log_text()
