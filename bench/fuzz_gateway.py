@@ -1,22 +1,26 @@
 """Throw malformed and mutated Kafka frames at a live gateway; report what it did.
 
-Starts ZooKeeper, a Tansu broker and a gateway (feature gating on, so UpdateFeatures is
-intercepted too), then keeps ``--connections`` connections busy until ``--frames``
-frames are thrown or ``--duration`` seconds pass. Each connection writes a batch of
-frames and then a probe (a valid ApiVersions request) and reads until the probe's answer
-or the gateway closes the connection; no answer within ``--hang-s`` is a hang.
+Starts ZooKeeper, a Tansu broker (``--broker kafka``: Apache Kafka 4.4, in front of
+which the version bridge converts the versions Kafka 4 removed) and a gateway (feature
+gating on, so UpdateFeatures is intercepted too), then keeps ``--connections``
+connections busy until ``--frames`` frames are thrown or ``--duration`` seconds pass.
+Each connection writes a batch of frames and then a probe (a valid ApiVersions request)
+and reads until the probe's answer or the gateway closes the connection; no answer
+within ``--hang-s`` is a hang.
 
 Frames: random bytes, truncated frames, bad lengths (negative, zero, oversize), bad
 headers (unknown keys, versions beyond every schema, bad client_id lengths), bad varints
 and tagged fields in flexible headers and bodies, huge array lengths, and valid requests
-(ApiVersions, Metadata, Produce, UpdateFeatures, DescribeCluster, SaslHandshake) with
-bytes flipped, cut or inserted.
+(ApiVersions, Metadata, Produce, UpdateFeatures, DescribeCluster, SaslHandshake, and
+the bridged Produce v2 with a message set, Fetch v2, ListOffsets v0, OffsetCommit v1,
+OffsetFetch v0) with bytes flipped, cut or inserted.
 
 Report (JSON on stdout, a summary on stderr): frames and bytes thrown, connections,
 connections the gateway closed, hangs, whether the gateway crashed (exited), tracebacks
 and error lines in its log, and its RSS before and after (``/proc/PID/status``).
 
     python bench/fuzz_gateway.py --frames 1000000 --duration 600
+    python bench/fuzz_gateway.py --broker kafka --frames 100000 --duration 300
 """
 
 from __future__ import annotations
@@ -31,14 +35,17 @@ import struct
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.bridge.messages import encode
 from gateway.wire import frame as framed
 from gateway.wire import request_header
 from gateway.wire import write_uvarint as uvarint
 from tests.harness import GatewayProcess, TansuBroker, ZooKeeperProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
 
 PROBE_ID = 0x7EADBEEF
 MAX_FRAME = 1 << 20  # the gateway runs with this max_frame_bytes
@@ -82,6 +89,7 @@ def seeds(rng: random.Random) -> list[bytes]:
     )
     sasl_v1 = struct.pack(">h", 5) + b"PLAIN"
     return [
+        *bridged_seeds(cid),
         framed(header(18, 3, cid, True) + api_v3),
         framed(header(18, 0, cid, False)),
         framed(header(3, 12, cid, True) + metadata_v12),
@@ -89,6 +97,87 @@ def seeds(rng: random.Random) -> list[bytes]:
         framed(header(60, 1, cid, True) + describe_cluster_v1),
         framed(header(0, 7, cid, False) + produce_v7),
         framed(header(17, 1, cid, False) + sasl_v1),
+    ]
+
+
+def bridged_seeds(cid: int) -> list[bytes]:
+    """Requests at versions Kafka 4 removed, which the version bridge converts (bodies
+    from Kafka's specs, ``gateway.bridge.messages``): a Produce v2 with a magic 1 message
+    set (two messages, the second with a null key), Fetch v2, ListOffsets v0,
+    OffsetCommit v1, OffsetFetch v0."""
+    message_set = b""
+    for offset, (key, value) in enumerate(((b"k", b"v"), (None, b"value"))):
+        body = struct.pack(">bbq", 1, 0, 1_700_000_000_000)
+        body += struct.pack(">i", -1) if key is None else struct.pack(">i", len(key)) + key
+        body += struct.pack(">i", len(value)) + value
+        crc = zlib.crc32(body)
+        message_set += struct.pack(">qiI", offset, len(body) + 4, crc) + body
+    topic = [{"Name": "fuzz", "Partitions": [{"PartitionIndex": 0}]}]
+    bodies = [
+        (
+            0,
+            2,
+            {
+                "Acks": 1,
+                "TimeoutMs": 1000,
+                "TopicData": [
+                    {"Name": "fuzz", "PartitionData": [{"Index": 0, "Records": message_set}]}
+                ],
+            },
+        ),
+        (
+            1,
+            2,
+            {
+                "ReplicaId": -1,
+                "MaxWaitMs": 10,
+                "MinBytes": 1,
+                "Topics": [
+                    {
+                        "Topic": "fuzz",
+                        "Partitions": [
+                            {"Partition": 0, "FetchOffset": 0, "PartitionMaxBytes": 65536}
+                        ],
+                    }
+                ],
+            },
+        ),
+        (
+            2,
+            0,
+            {
+                "ReplicaId": -1,
+                "Topics": [
+                    {
+                        "Name": "fuzz",
+                        "Partitions": [{"PartitionIndex": 0, "Timestamp": -1, "MaxNumOffsets": 1}],
+                    }
+                ],
+            },
+        ),
+        (
+            8,
+            1,
+            {
+                "GroupId": "fuzz",
+                "GenerationIdOrMemberEpoch": -1,
+                "MemberId": "",
+                "Topics": [
+                    {
+                        "Name": "fuzz",
+                        "Partitions": [
+                            {"PartitionIndex": 0, "CommittedOffset": 1, "CommitTimestamp": -1}
+                        ],
+                    }
+                ],
+            },
+        ),
+        (9, 0, {"GroupId": "fuzz", "Topics": topic}),
+    ]
+    names = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 8: "OffsetCommit", 9: "OffsetFetch"}
+    return [
+        framed(header(key, version, cid, False) + encode(f"{names[key]}Request", version, body))
+        for key, version, body in bodies
     ]
 
 
@@ -305,12 +394,20 @@ def main() -> int:
     parser.add_argument("--hang-s", type=float, default=20.0, help="probe answer deadline")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--broker", choices=("tansu", "kafka"), default="tansu", help="kafka: Apache Kafka 4.4"
+    )
     args = parser.parse_args()
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fuzz-gateway-"))
     workdir.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperProcess(workdir).start()
-    broker = TansuBroker(workdir).start()
+    broker: TansuBroker | ApacheKafkaBroker
+    if args.broker == "kafka":  # the version bridge is engaged in front of Kafka 4
+        broker = ApacheKafkaBroker(workdir / "kafka")
+        broker.start()
+    else:
+        broker = TansuBroker(workdir).start()
     config = workdir / "fuzz.toml"
     config.write_text(f'max_frame_bytes = {MAX_FRAME}\n[log]\nformat = "json"\n')
     gateway = GatewayProcess(

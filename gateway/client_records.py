@@ -120,6 +120,7 @@ class ClientRecord:
     """One identity: its software, client id, addresses, lifetime and versions."""
 
     __slots__ = (
+        "bridged",
         "client_id",
         "connections_active",
         "connections_opened",
@@ -149,6 +150,7 @@ class ClientRecord:
         self.principals: dict[str, int] = {}
         self.used: dict[tuple[int, int], int] = {}  # (api_key, api_version) -> requests
         self.refused: dict[tuple[int, int, str], int] = {}  # (key, version, reason) -> count
+        self.bridged = 0  # requests the version bridge converted (gateway.bridge)
 
     def opened(self, ip: str) -> None:
         self.connections_opened += 1
@@ -207,6 +209,7 @@ class ClientRecord:
                 {"api_key": k, "api": api_name(k), "api_version": v, "reason": r, "count": count}
                 for (k, v, r), count in sorted(self.refused.items())
             ],
+            "bridged_requests": self.bridged,
         }
 
 
@@ -281,12 +284,14 @@ def merge_snapshots(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any
             if mine is None:
                 merged[key] = mine = dict(entry)
                 mine["connections_opened"] = mine["connections_active"] = 0
+                mine["bridged_requests"] = 0
                 peers[key], principals[key], used[key], refused[key] = {}, {}, {}, {}
             elif entry["last_seen"] >= mine["last_seen"]:
                 mine["identity"] = entry["identity"]
                 mine["identity_version"] = entry["identity_version"]
             mine["connections_opened"] += entry["connections_opened"]
             mine["connections_active"] += entry["connections_active"]
+            mine["bridged_requests"] += entry.get("bridged_requests", 0)
             mine["first_seen"] = min(mine["first_seen"], entry["first_seen"])
             mine["last_seen"] = max(mine["last_seen"], entry["last_seen"])
             for peer in entry["peers"]:

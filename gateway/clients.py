@@ -60,6 +60,7 @@ class ClientInfo:
     __slots__ = (
         "_labels",
         "awaiting_first",
+        "bridged",
         "bytes_in",
         "bytes_out",
         "client_id",
@@ -117,6 +118,7 @@ class ClientInfo:
         self.requests = 0
         self.bytes_in = 0  # request bytes from the client, framing included
         self.bytes_out = 0  # response bytes to the client, framing included
+        self.bridged = 0  # requests the version bridge converted (gateway.bridge)
 
     def on_request(self, size: int, client_id: str | None = None) -> None:
         """Count one request of ``size`` bytes; remember its header client_id."""
@@ -185,6 +187,7 @@ class ClientInfo:
             "requests": self.requests,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
+            "bridged_requests": self.bridged,
         }
 
     def log_fields(self) -> dict[str, Any]:

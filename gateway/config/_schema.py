@@ -11,6 +11,7 @@ from typing import Any, get_type_hints
 
 from ._declare import Setting
 from .addresses import Addresses
+from .bridge import Bridge
 from .features import Features
 from .limits import Limits
 from .observability import Observability
@@ -21,7 +22,7 @@ from .upstream import Upstream
 
 # Listed last concept first: a dataclass orders inherited fields from the last base.
 @dataclass(frozen=True, slots=True)
-class Config(Observability, Processes, Limits, Tls, Features, Upstream, Addresses):
+class Config(Bridge, Observability, Processes, Limits, Tls, Features, Upstream, Addresses):
     """The gateway's validated settings (``load_config`` makes one from file and flags)."""
 
 

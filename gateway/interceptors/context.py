@@ -112,6 +112,10 @@ class Exchange(Protocol):
         (version, whole frame). ``handler`` gets its response instead of the client;
         returns the version sent."""
 
+    def send_unanswered(self, entry: InFlightRequest, request: bytes) -> None:
+        """Send ``request`` (a whole frame Kafka does not answer: an acks=0 produce)
+        upstream in place of the client's ``entry``, which then awaits nothing."""
+
     def violation(self, side: str, reason: str, detail: str) -> None:
         """Log and count a protocol violation by ``side`` and close the connection."""
 

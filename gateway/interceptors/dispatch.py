@@ -30,6 +30,7 @@ import functools
 from collections.abc import Callable, Mapping
 from functools import cache
 
+from ..bridge import hook as bridge
 from ..features.report import FeatureReport
 from ..kafka_client import UPSTREAM_API_VERSIONS
 from ..observability.logging import RateLimitedLogger, get_logger
@@ -170,6 +171,8 @@ def on_request(ctx: Exchange, request: RequestFrame) -> None:
         ):
             declared.answer(ctx, request, body)
             return
+    if bridge.carry(ctx, request, body):  # a version the upstream removed (KIP-896)
+        return
     reject(ctx, request, body)
 
 

@@ -45,6 +45,7 @@ GAUGE_RULES: dict[str, Callable[[Iterable[float]], float]] = {
     # Amounts that add up over processes.
     "kafka_gateway_connections_active": sum,
     "kafka_gateway_queued_bytes": sum,
+    "kafka_gateway_bridged_connections": sum,
     # The gateway is as far behind / as unwell as its worst worker: a worker still on
     # an older epoch shows as that epoch, so KafkaGatewayEpochDivergence sees it.
     "kafka_gateway_feature_finalized_epoch": min,

@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from ..client_records import UNKNOWN, api_labels
 from ..protocol._apis import api_name
 from ..protocol._stats import LATENCY_BUCKETS, ApiStats
+from .bridge_metrics import BridgeMetrics
 from .logging import RateLimitedLogger
 
 limited = RateLimitedLogger("gateway.metrics")
@@ -169,6 +170,7 @@ class Metrics:
         r = self.registry
         self.traffic = TrafficCollector()
         r.register(self.traffic)
+        self.bridge = BridgeMetrics(r)
         self.connections_active = Gauge(
             "kafka_gateway_connections_active",
             "Client connections currently open, by listener and client software "

@@ -178,6 +178,14 @@ class InFlight:
             self.observer(entry)
         return self.release_ready() if self._local_pending else []
 
+    def withdraw(self, entry: InFlightRequest) -> list[bytes]:
+        """``entry`` (held for a local answer) will get none: a request the gateway sent
+        on as one that is not answered (a bridged acks=0 produce). Return the local
+        responses that may go out now."""
+        with contextlib.suppress(ValueError):
+            self.entries.remove(entry)
+        return self.release_ready() if self._local_pending else []
+
     def answer_locally(self, entry: InFlightRequest, frame: bytes) -> list[bytes]:
         """Attach a gateway-made response; return the frames that may go out now."""
         entry.local = frame

@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .. import __version__
+from ..bridge.hook import PolicyFileError, reload_policy
 from ..clients import ClientInfo, ConnectionRegistry
 from ..config import Config, ConfigError, HostPort, reloaded
 from ..features.catalogue import CatalogueError
@@ -354,6 +355,8 @@ class Gateway(Negotiation, Listeners):
                 login.abandon()
             if conn.info is not None:
                 self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
+                if conn.info.bridged:
+                    self.metrics.bridge.connections.dec()
                 self.registry.remove(conn.info.connection_id)
         # Also a connection closed before it was served (held by the throttle).
         self.limits.release(conn.budget)
@@ -404,7 +407,8 @@ class Gateway(Negotiation, Listeners):
             catalogue_changed = self.features.reload_catalogue()
             target = reloaded("upgrade_target_release", self.release_watch.release)
             self.release_watch.set_release(target)
-        except (TlsSetupError, CatalogueError, ConfigError) as exc:
+            bridge_policy_changed = reload_policy(self.config)
+        except (TlsSetupError, CatalogueError, ConfigError, PolicyFileError) as exc:
             self.metrics.config_reloads.labels("failed").inc()
             key = "features.catalogue" if isinstance(exc, CatalogueError) else exc.key
             limited.error("gateway.reload_failed", key=key, reason=str(exc), kept="old")
@@ -416,6 +420,7 @@ class Gateway(Negotiation, Listeners):
             tls_cert=self.config.tls_cert,
             catalogue_changed=catalogue_changed,
             upgrade_target_release=self.release_watch.release,
+            bridge_policy_changed=bridge_policy_changed,
         )
 
     def clients_snapshot(self) -> list[dict[str, Any]]:

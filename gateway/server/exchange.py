@@ -219,6 +219,17 @@ class ConnectionExchange:
         conn.upstream.write(request)
         return version
 
+    def send_unanswered(self, entry: InFlightRequest, request: bytes) -> None:
+        conn = self._conn
+        assert conn.upstream is not None
+        conn.upstream.write(request)
+        # No entry for it: only Kafka 4 upstreams are bridged, and Kafka answers no
+        # acks=0 produce (an answer would be dropped as uncorrelated, and counted).
+        frames = conn.inflight.withdraw(entry)
+        if conn.client is not None and frames:
+            conn.client.writelines(frames)
+        conn.answered_here()
+
     def violation(self, side: str, reason: str, detail: str) -> None:
         self.violated(side, ProtocolViolation(reason, detail))
 

@@ -91,6 +91,11 @@ PINNED: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "kafka_gateway_worker_restarts": ("counter", []),
+    # the version bridge (gateway/bridge/)
+    "kafka_gateway_bridged_requests": ("counter", ["api", "from_version", "to_version"]),
+    "kafka_gateway_bridged_connections": ("gauge", []),
+    "kafka_gateway_bridge_cpu_seconds": ("counter", []),
+    "kafka_gateway_bridge_headers_dropped": ("counter", []),
 }
 
 

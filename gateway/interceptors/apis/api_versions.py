@@ -7,6 +7,7 @@ The bytes are ``gateway.interceptors.api_versions``'s.
 
 from __future__ import annotations
 
+from ...bridge.hook import advertised
 from ...observability.logging import RateLimitedLogger, get_logger
 from ...protocol import API_VERSIONS, RequestFrame
 from ..api_versions import answer_api_versions
@@ -41,10 +42,12 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
         "finalized_features": report.finalized,
         "finalized_epoch": report.epoch,
     }
+    # An old client the version bridge serves is told the versions it carries.
+    ranges = advertised(ctx, ctx.ranges, header.api_version, header.client_id)
     answer = answer_api_versions(
         header,
         body,
-        ctx.ranges,
+        ranges,
         broker_software=gw.broker_software(ctx.upstream_address),
         software_tags=gw.software_tags,
         **feature_fields,
@@ -52,9 +55,7 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
     if answer.client_software is not None and misreads_tagged_fields(*answer.client_software):
         # librdkafka before 2.1 skips one byte too few per tagged field: two KIP-885
         # tags throw its ApiVersions parser off (seen with Debian 12's kcat, 2.0.2).
-        answer = answer_api_versions(
-            header, body, ctx.ranges, broker_software=None, **feature_fields
-        )
+        answer = answer_api_versions(header, body, ranges, broker_software=None, **feature_fields)
     if answer.client_software is not None and ctx.info is not None:
         # The connection moves over with its counts so far (not folded first): they
         # are this client's requests, this ApiVersions among them, not "unknown"'s.

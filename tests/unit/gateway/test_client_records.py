@@ -300,6 +300,7 @@ def test_the_supervisor_merges_workers_records_by_identity() -> None:
         record.opened(ip)
         record.add_used({(0, 2): 2 + n})
         record.add_refused(0, 2, "unsupported_version", 2 + n)
+        record.bridged = 1 + n  # requests the version bridge converted
         clock.now += 10
         records.seen(record)
         parts.append(records.snapshot())
@@ -310,6 +311,7 @@ def test_the_supervisor_merges_workers_records_by_identity() -> None:
         {"api_key": 0, "api": "Produce", "api_version": 2, "count": 5}
     ]
     assert merged["versions_refused"][0]["count"] == 5
+    assert merged["bridged_requests"] == 3
     assert merged["first_seen"] == 1_700_000_000.0 and merged["last_seen"] == 1_700_000_020.0
     assert merged["fingerprint"] == fingerprint([(0, 2)])
 

@@ -92,6 +92,7 @@ def test_snapshot_is_json_ready() -> None:
         "requests": 1,
         "bytes_in": 10,
         "bytes_out": 0,
+        "bridged_requests": 0,
     }
     assert snapshot[1]["connected_since"] == 1_700_000_010.5
     assert snapshot[1]["software_name"] == "unknown"

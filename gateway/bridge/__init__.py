@@ -1,0 +1,4 @@
+"""The version bridge: clients that speak versions the upstream no longer accepts (the
+ones Kafka 4.0 removed, KIP-896) carried across by converting their requests up and the
+answers down. ``messages`` is the spec-driven codec, ``records`` the message-set and
+record-batch conversion, ``policy`` who is bridged, ``bridge`` the runtime hook."""

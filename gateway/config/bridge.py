@@ -1,0 +1,55 @@
+"""The version bridge: old clients carried across Kafka 4 (``gateway.bridge``).
+
+``bridge_old_clients`` at the top level of the TOML file, the rules in [bridge].
+"""
+
+# setting() is a dataclasses.field with metadata; ruff only knows field() itself as one.
+# ruff: noqa: RUF009
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from ..bridge.policy import parse_rule, read_rules_file
+from ._declare import ConfigError, Shape, setting
+
+Rules = Annotated[
+    tuple[str, ...], Shape("a list of 'MATCH... -> bridge|refuse' rules", item_parse=parse_rule)
+]
+
+
+def _rules_file(key: str, value: Any) -> None:
+    if value is not None:
+        try:
+            read_rules_file(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """The version bridge."""
+
+    __slots__ = ()
+
+    bridge_old_clients: bool = setting(
+        True,
+        why="carry requests at versions the upstream removed (Kafka 4.0, KIP-896) by "
+        "converting them up and the answers down; off: they are refused as Kafka 4 does",
+    )
+    bridge_policy: Rules = setting(
+        (),
+        table="bridge",
+        name="policy",
+        why="per-client exceptions, first match wins: 'client_id=REGEX software=NAME "
+        "version=<2.0 principal=User:x -> bridge|refuse'",
+    )
+    bridge_policy_file: str | None = setting(
+        None,
+        table="bridge",
+        name="policy_file",
+        check=_rules_file,
+        why="more rules, one a line, read again on SIGHUP (a file that does not load keeps "
+        "the rules before it); they come before [bridge] policy's",
+    )

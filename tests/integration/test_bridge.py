@@ -1,0 +1,414 @@
+"""The version bridge against Kafka 4.4 (the session's ``apache_kafka``): clients pinned
+to the versions Kafka 4.0 removed (KIP-896) produce and read back through the gateway,
+while direct to the broker they fail (the control), and a modern client beside them is
+unaffected."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.codec import has_lz4, has_snappy
+
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.old_clients import OldClient
+from tests.integration.test_clients import DRIVERS
+
+RECORDS = 200
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x, which removed the old versions")
+    return gateway_factory(upstream=apache_kafka.bootstrap, metrics=True)
+
+
+def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
+    # Keys null now and then, values of several sizes: byte-identical both ways.
+    return [
+        (
+            None if i % 9 == 4 else f"{tag}-key-{i}".encode(),
+            f"{tag}-value-{i}-".encode() * (1 + i % 5),
+        )
+        for i in range(RECORDS)
+    ]
+
+
+def _produce(
+    bootstrap: str, topic: str, sent: list[tuple[bytes | None, bytes]], **settings: Any
+) -> int:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        request_timeout_ms=int(TIMEOUT_S * 1000),
+        max_block_ms=int(TIMEOUT_S * 1000),
+        reconnect_backoff_max_ms=1000,
+        **settings,
+    )
+    try:
+        futures = [producer.send(topic, key=k, value=v, partition=0) for k, v in sent]
+        producer.flush(timeout=TIMEOUT_S)
+        acknowledged = 0
+        for future in futures:
+            try:
+                future.get(timeout=1)
+                acknowledged += 1
+            except Exception:  # refused or timed out: not delivered
+                pass
+        return acknowledged
+    finally:
+        producer.close(timeout=5)
+
+
+def _consume(
+    bootstrap: str, topic: str, count: int, **settings: Any
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        request_timeout_ms=int(TIMEOUT_S * 1000) + 1000,
+        reconnect_backoff_max_ms=1000,
+        **settings,
+    )
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        got: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                got.extend((r.offset, r.key, r.value) for r in batch)
+        # A little longer: anything beyond ``count`` would be a duplicate.
+        for batch in consumer.poll(timeout_ms=1000).values():
+            got.extend((r.offset, r.key, r.value) for r in batch)
+        return got
+    finally:
+        consumer.close()
+
+
+def _metrics(gw: GatewayProcess) -> str:
+    with urllib.request.urlopen(gw.metrics_url, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
+@pytest.mark.parametrize(
+    "compression",
+    [
+        None,
+        "gzip",
+        # kafka-python leaves these codecs' libraries optional: tested where installed.
+        pytest.param("snappy", marks=pytest.mark.skipif(not has_snappy(), reason="no snappy")),
+        pytest.param("lz4", marks=pytest.mark.skipif(not has_lz4(), reason="no lz4")),
+    ],
+)
+@pytest.mark.parametrize("api_version", [(0, 10), (0, 9)], ids=["0.10", "0.9"])
+def test_old_kafka_python_is_carried_across_kafka_4(
+    bridged: GatewayProcess,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    api_version: tuple[int, int],
+    compression: str | None,
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    old = {"api_version": api_version, "compression_type": compression}
+    sent = _records("old")
+    assert _produce(bridged.bootstrap, unique_topic, sent, **old) == RECORDS
+    got = _consume(bridged.bootstrap, unique_topic, RECORDS, api_version=api_version)
+    assert [(k, v) for _, k, v in got] == sent  # 200 of 200, byte-identical, no duplicate
+    assert [o for o, _, _ in got] == list(range(RECORDS))
+    # The broker stored record batches: a modern client reads the same records.
+    modern = DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, RECORDS)
+    assert modern == [v for _, v in sent]
+    text = _metrics(bridged)
+    produce_from = {(0, 10): "2", (0, 9): "1"}[api_version]
+    assert (
+        f'kafka_gateway_bridged_requests_total{{api="Produce",from_version="{produce_from}",to_version="3"}}'
+        in text
+    )
+    assert 'api="Fetch"' in text and "kafka_gateway_bridge_cpu_seconds_total" in text
+    log = bridged.log_text()
+    assert '"bridge.client_bridged"' in log
+    # /clients: the old client's identity (its client id) with the requests bridged.
+    url = bridged.metrics_url.replace("/metrics", "/clients")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        identities = json.loads(response.read())
+    assert any(
+        i["client_id"].startswith("kafka-python") and i["bridged_requests"] > 0 for i in identities
+    ), identities
+    assert '"request.rejected"' not in log and "rewrite_failed" not in log
+
+
+def test_direct_to_kafka_4_the_old_client_fails(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    """The control: the same client, direct, gets nothing acknowledged."""
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("Kafka 3.9 still serves the old versions")
+    direct = f"127.0.0.1:{apache_kafka.node.internal_port}"  # advertises itself
+    DRIVERS[0].create_topic(direct, unique_topic)
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=direct,
+        acks="all",
+        api_version=(0, 10),
+        request_timeout_ms=5000,
+        max_block_ms=5000,
+        retries=0,
+        reconnect_backoff_max_ms=500,
+    )
+    try:
+        future = producer.send(unique_topic, key=b"k", value=b"v", partition=0)
+        producer.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - any failure: the broker closed on it
+            future.get(timeout=1)
+    finally:
+        producer.close(timeout=5)
+
+
+def test_a_modern_client_beside_bridged_ones_is_untouched(
+    bridged: GatewayProcess, unique_topic: str
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    old = [(b"k%d" % i, b"old-%d" % i) for i in range(50)]
+    assert _produce(bridged.bootstrap, unique_topic, old, api_version=(0, 10)) == 50
+    modern = [b"modern-%d" % i for i in range(50)]
+    DRIVERS[0].produce(bridged.bootstrap, unique_topic, modern, "all")
+    assert (
+        DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, 100)
+        == [v for _, v in old] + modern
+    )
+    got = _consume(bridged.bootstrap, unique_topic, 100, api_version=(0, 10))
+    assert [v for _, _, v in got] == [v for _, v in old] + modern
+    # Only the old client's requests were bridged: confluent-kafka's went through as they came.
+    text = _metrics(bridged)
+    assert "kafka_gateway_bridged_connections" in text
+
+
+def test_acks_0_is_honoured_across_the_bridge(bridged: GatewayProcess, unique_topic: str) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    sent = _records("acks0")
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bridged.bootstrap, acks=0, api_version=(0, 10))
+    try:
+        for key, value in sent:
+            producer.send(unique_topic, key=key, value=value, partition=0)
+        producer.flush(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=5)
+    got = _consume(bridged.bootstrap, unique_topic, RECORDS, api_version=(0, 10))
+    assert [(k, v) for _, k, v in got] == sent
+    assert 'api="Produce",from_version="2",to_version="3"' in _metrics(bridged)
+
+
+@pytest.mark.parametrize("fallback", ["0.8.2", "0.9.0", "0.10.0"])
+def test_librdkafka_with_an_old_fallback_is_carried(
+    bridged: GatewayProcess, unique_topic: str, fallback: str
+) -> None:
+    old = OldClient(
+        f"librdkafka-{fallback}",
+        "librdkafka",
+        {"api.version.request": False, "broker.version.fallback": fallback},
+    )
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    sent = [f"rdkafka-{fallback}-{i}".encode() for i in range(RECORDS)]
+    assert old.produce(bridged.bootstrap, unique_topic, sent) == RECORDS
+    assert old.consume(bridged.bootstrap, unique_topic, RECORDS) == sent
+    text = _metrics(bridged)
+    sent_versions = {
+        "0.8.2": (("Produce", 0), ("Fetch", 0), ("ListOffsets", 0)),
+        "0.9.0": (("Produce", 1), ("Fetch", 1), ("ListOffsets", 0)),
+    }
+    if fallback in sent_versions:  # all bridged
+        for api, version in sent_versions[fallback]:
+            assert f'api="{api}",from_version="{version}"' in text, api
+    else:
+        # librdkafka asks ApiVersions for any fallback from 0.10 on (its documentation of
+        # broker.version.fallback), and then speaks versions Kafka 4 kept: nothing to bridge.
+        assert "kafka_gateway_bridged_requests_total{" not in text
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+def _group_read(bootstrap: str, topic: str, group: str, count: int, **settings: Any) -> list[bytes]:
+    """Join ``group`` (classic protocol), read ``count`` values, commit, leave."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=count,
+        request_timeout_ms=int(TIMEOUT_S * 1000) + 1000,
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=1000,
+        **settings,
+    )
+    try:
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500, max_records=count - len(got)).values():
+                got.extend(r.value for r in batch)
+        consumer.commit()
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("api_version", [(0, 10), (0, 9)], ids=["0.10", "0.9"])
+def test_a_classic_group_commits_and_resumes_across_the_bridge(
+    bridged: GatewayProcess, unique_topic: str, api_version: tuple[int, int]
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    first = [(None, b"first-%d" % i) for i in range(100)]
+    second = [(None, b"second-%d" % i) for i in range(100)]
+    assert _produce(bridged.bootstrap, unique_topic, first, api_version=api_version) == 100
+    group = f"g-{unique_topic}"
+    assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
+        v for _, v in first
+    ]
+    assert _produce(bridged.bootstrap, unique_topic, second, api_version=api_version) == 100
+    # A restart: the group's committed offset, read back, is where the second read starts.
+    assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
+        v for _, v in second
+    ]
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+def test_a_policy_refuses_one_client_and_bridges_another(
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    tmp_path: Path,
+) -> None:
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x")
+    config = tmp_path / "bridge.toml"
+    config.write_text('[bridge]\npolicy = ["client_id=^legacy- -> refuse"]\n')
+    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
+    sent = [(b"k", b"v%d" % i) for i in range(10)]
+    assert _produce(gw.bootstrap, unique_topic, sent, api_version=(0, 10), client_id="app") == 10
+    from kafka import KafkaProducer
+
+    refused = KafkaProducer(
+        bootstrap_servers=gw.bootstrap,
+        acks="all",
+        api_version=(0, 10),
+        client_id="legacy-1",
+        request_timeout_ms=5000,
+        max_block_ms=5000,
+        retries=0,
+    )
+    try:
+        future = refused.send(unique_topic, key=b"k", value=b"no", partition=0)
+        refused.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - refused as Kafka 4 refuses it
+            future.get(timeout=1)
+    finally:
+        refused.close(timeout=5)
+    assert DRIVERS[0].consume_assigned(gw.bootstrap, unique_topic, 10) == [v for _, v in sent]
+    text = _metrics(gw)
+    refused_line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("kafka_gateway_rejected_requests_total{")
+        and 'api="Produce"' in line
+        and 'api_version="2"' in line
+    )
+    assert float(refused_line.rsplit(" ", 1)[1]) >= 1
+    assert 'kafka_gateway_bridged_requests_total{api="Produce",from_version="2"' in text
+
+
+def test_librdkafka_0_8_2_commits_through_offset_commit_v1(
+    bridged: GatewayProcess, unique_topic: str
+) -> None:
+    """librdkafka with fallback 0.8.2 commits an assigned partition's offset with
+    OffsetCommit v1 (removed by Kafka 4.0: bridged to v2) and reads it back (v1)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    DRIVERS[0].produce(bridged.bootstrap, unique_topic, [b"a", b"b", b"c"], "all")
+    conf = {
+        "bootstrap.servers": bridged.bootstrap,
+        "group.id": f"g-{unique_topic}",
+        "enable.auto.commit": False,
+        "api.version.request": False,
+        "broker.version.fallback": "0.8.2",
+    }
+    consumer = Consumer(conf)
+    try:
+        consumer.assign([TopicPartition(unique_topic, 0, OFFSET_BEGINNING)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < 3 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+        assert got == [b"a", b"b", b"c"]
+        (committed,) = consumer.commit(asynchronous=False) or []
+        assert committed.error is None and committed.offset == 3
+    finally:
+        consumer.close()
+    again = Consumer(conf)
+    try:
+        (stored,) = again.committed([TopicPartition(unique_topic, 0)], timeout=TIMEOUT_S)
+        assert stored.offset == 3
+    finally:
+        again.close()
+    assert 'api="OffsetCommit",from_version="1",to_version="2"' in _metrics(bridged)
+
+
+def test_the_policy_file_is_reloaded_on_sighup(
+    gateway_factory: GatewayFactory,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_reload import reloads
+
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x")
+    rules = tmp_path / "bridge-policy.txt"
+    rules.write_text("client_id=^legacy- -> refuse\n")
+    config = tmp_path / "bridge.toml"
+    config.write_text(f'[bridge]\npolicy_file = "{rules}"\n')
+    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
+    quick = {"api_version": (0, 10), "client_id": "legacy-1", "request_timeout_ms": 5000}
+    from kafka import KafkaProducer
+
+    refused = KafkaProducer(
+        bootstrap_servers=gw.bootstrap, acks="all", max_block_ms=5000, retries=0, **quick
+    )
+    try:
+        future = refused.send(unique_topic, value=b"no", partition=0)
+        refused.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - refused as Kafka 4 refuses it
+            future.get(timeout=1)
+    finally:
+        refused.close(timeout=5)
+    rules.write_text("# every client is bridged now\n")
+    reloads(gw, "ok", 1)
+    sent = [(b"k", b"v%d" % i) for i in range(10)]
+    assert (
+        _produce(gw.bootstrap, unique_topic, sent, api_version=(0, 10), client_id="legacy-1") == 10
+    )
+    assert '"bridge_policy_changed": true' in gw.log_text()
