@@ -27,9 +27,11 @@ from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.consumers import ContinuousConsumer
+from tests.harness.java_clients import JavaProbe
 from tests.harness.ports import LOOPBACK
 from tests.integration.conftest import CHROOT
 from tests.integration.test_features import metric, wait_for
+from tests.integration.test_java_clients import probe
 from tests.integration.test_kafka_features_tool import kafka_features
 from tests.integration.test_upgrade_in_place import create_topic
 from tests.integration.test_upstream_features import (
@@ -41,6 +43,9 @@ from tests.integration.test_upstream_features import (
 
 PRODUCE = 0
 RECORDS = 20
+JAVA_RECORDS = 12
+
+__all__ = ["probe"]  # a fixture of test_java_clients, used here by name
 
 
 @pytest.fixture
@@ -279,3 +284,41 @@ def test_a_level_the_brokers_raise_later_is_not_withheld_silently(
     assert wait_for(lambda: metric(gw, name), what=name) == 1
     assert store.read() == adopted
     assert len(log_lines(gw, "features.adopted")) == 1
+
+
+def test_java_kip848_share_and_transactional_clients_move_behind_a_fresh_fleet(
+    gateway_factory: GatewayFactory,
+    own_kafka: ApacheKafkaBroker,
+    zookeeper: ZooKeeperProcess,
+    store: FeatureStore,
+    probe: JavaProbe,
+    unique_topic: str,
+) -> None:
+    """Kafka's own Java client, as it runs against a 4.4 cluster (a KIP-848 consumer
+    group, a KIP-932 share group, a transactional producer), does the same through a
+    gateway put in front of it with an empty store: nothing finalized by hand."""
+
+    def clients(bootstrap: str, tag: str) -> None:
+        topic = f"{unique_topic}-{tag}"
+        made = probe.run("produce", bootstrap, topic=topic, count=JAVA_RECORDS, prefix=tag)
+        assert not made.errors, made.describe()
+        want = sorted(f"{tag}-{i}" for i in range(JAVA_RECORDS))
+        for scenario, options in (("consume", {"protocol": "consumer"}), ("share", {})):
+            run = probe.run(
+                scenario, bootstrap, topic=topic, expect=JAVA_RECORDS, group=f"{scenario}-{tag}",
+                **options,
+            )  # fmt: skip
+            assert not run.errors, (scenario, run.describe())
+            assert sorted(r["value"] for r in run.of("record")) == want, scenario
+        txn = probe.run(
+            "transactions", bootstrap, topic=f"{topic}-txn", count=4, transactional_id=topic
+        )
+        assert not txn.errors, txn.describe()
+        assert [t["outcome"] for t in txn.of("transaction")] == ["committed", "aborted"]
+
+    clients(own_kafka.bootstrap, "direct")  # the control: the cluster as it runs
+    assert store.read().epoch == -1
+    gw = adopting_gateway(gateway_factory, own_kafka, zookeeper, "gw-java")
+    clients(gw.bootstrap, "gateway")
+    assert [line["upstream"] for line in log_lines(gw, "features.adopted")] == [own_kafka.bootstrap]
+    assert '"request.rejected"' not in gw.log_text()
