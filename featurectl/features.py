@@ -106,16 +106,23 @@ def describe_rows(
     return rows
 
 
+def withheld_line(feature: str, brokers: int, held: int, supported_max: int | None) -> str:
+    """The brokers finalized ``brokers`` of ``feature``, the gateways hold ``held``
+    (lower): what describe and the plan say, with what to run where the gateways can
+    serve more."""
+    target = min(brokers, supported_max or 0)
+    return f"{feature}: brokers finalized {brokers}, gateways hold {held}; clients get {held}" + (
+        f" (featurectl finalize --feature {feature}={target} to serve {target})"
+        if target > held
+        else " (no level above it is supported by every live gateway)"
+    )
+
+
 def withheld_lines(rows: Iterable[FeatureRow]) -> list[str]:
     """describe's line per feature the brokers finalized above the gateways' level."""
     return [
-        f"{row.feature}: brokers finalized {row.broker_finalized}, gateways hold "
-        f"{row.finalized_level}; clients get {row.finalized_level}"
-        + (
-            f" (featurectl finalize --feature {row.feature}={target} to serve {target})"
-            if (target := min(row.broker_finalized or 0, row.supported_max or 0))
-            > row.finalized_level
-            else " (no level above it is supported by every live gateway)"
+        withheld_line(
+            row.feature, row.broker_finalized or 0, row.finalized_level, row.supported_max
         )
         for row in rows
         if row.withheld

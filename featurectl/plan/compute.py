@@ -117,6 +117,17 @@ def compute_plan(spark: SparkSession, inputs: PlanInputs) -> PlanData:
     # The decisions are Python on the driver: their inputs are a few dozen rows.
     catalogue = {name: spec.max_level for name, spec in inputs.catalogue.items()}
     features = decide.feature_levels(catalogue, state.gateway_ids, state.support, state.finalized)
+    brokers = [
+        r["broker_finalized"]
+        for r in state.doc.get("registrations", [])
+        if r.get("broker_finalized") is not None
+    ]
+    for f in features:
+        # What the live gateways' brokers finalized (each registers its upstream's): a
+        # level above the gateways' is withheld from clients, and the plan says so.
+        f["broker_finalized_level"] = min(
+            (levels.get(f["feature"], 0) for levels in brokers), default=None
+        )
     # --release alone plans the release, not every feature's highest level besides.
     targets = dict(inputs.targets) or ({} if inputs.releases else _default_targets(features))
     blocker_rows = decide.blocking_gateways(targets, state.gateway_ids, state.support)

@@ -36,6 +36,7 @@ from featurectl.plan.sections import (
     verdict_table,
     versions_table,
     wanting_table,
+    withheld_notes,
 )
 
 _CSS = """
@@ -154,6 +155,9 @@ def render_html(doc: Mapping[str, Any], out: Path) -> str:
             _html_table(*losses),
         ]
     parts += ['<h2 id="features">Features</h2>', _html_table(*feature_table(doc))]
+    withheld = withheld_notes(doc)
+    if withheld:
+        parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in withheld) + "</ul>")
     by_client = doc.get("api_versions_by_client", [])
     if by_client:
         parts += [

@@ -34,6 +34,7 @@ from featurectl.plan.sections import (
     verdict_table,
     versions_table,
     wanting_table,
+    withheld_notes,
 )
 
 
@@ -108,6 +109,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines += _table(*losses)
     lines += ["", "## Features", ""]
     lines += _table(*feature_table(doc))
+    withheld = withheld_notes(doc)
+    if withheld:
+        lines += ["", *(f"- {line}" for line in withheld)]
     by_client = doc.get("api_versions_by_client", [])
     if by_client:
         lines += ["", "## API versions by client", "", VERSIONS_INTRO, ""]

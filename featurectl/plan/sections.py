@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from featurectl.features import withheld_line
 from featurectl.plan.caps import capped_summary
 from featurectl.plan.clients import NEGOTIATION
 from featurectl.plan.decide import client_label
@@ -159,6 +160,7 @@ def feature_table(doc: Mapping[str, Any]) -> Table:
             "catalogue max",
             "gateways",
             "capped by",
+            "brokers finalized",
         ],
         [
             (
@@ -168,10 +170,22 @@ def feature_table(doc: Mapping[str, Any]) -> Table:
                 f["catalogue_max_level"],
                 f["live_gateways"],
                 capped.get(f["feature"], "-"),
+                "-" if f.get("broker_finalized_level") is None else f["broker_finalized_level"],
             )
             for f in doc["features"]
         ],
     )
+
+
+def withheld_notes(doc: Mapping[str, Any]) -> list[str]:
+    """A line per feature the brokers finalized above what the gateways hold."""
+    return [
+        withheld_line(
+            f["feature"], f["broker_finalized_level"], f["finalized_level"], f["cluster_max_level"]
+        )
+        for f in doc["features"]
+        if (f.get("broker_finalized_level") or 0) > f["finalized_level"]
+    ]
 
 
 # The columns broken_table and wanting_table start with: who was refused what, how often.
@@ -345,4 +359,5 @@ __all__ = [
     "verdict_table",
     "versions_table",
     "wanting_table",
+    "withheld_notes",
 ]

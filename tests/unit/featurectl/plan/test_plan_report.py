@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from featurectl.plan.command_lines import collect_again_command, featurectl_command
+from featurectl.plan.sections import feature_table, withheld_notes
 from featurectl.plan.steps import build_steps
 from gateway.commands import shell_command
 from tests.harness.shell import command_problem, simple_commands
@@ -128,3 +129,29 @@ def test_the_recheck_collects_from_the_same_gateways_and_plans_with_the_same_cat
     # Pasted into a new shell in the repository root: found, and featurectl's parsers
     # accept every argument.
     assert [command_problem(words) for words in simple_commands(command)] == [None, None]
+
+
+def test_a_level_the_brokers_finalized_above_the_gateways_is_said_in_the_features_section() -> None:
+    def row(feature: str, held: int, brokers: int | None, cluster_max: int) -> dict[str, Any]:
+        return {
+            "feature": feature, "finalized_level": held, "cluster_max_level": cluster_max,
+            "catalogue_max_level": 2, "live_gateways": 2, "broker_finalized_level": brokers,
+        }  # fmt: skip
+
+    doc = {
+        "features": [
+            row("group.version", 0, 1, 1),  # withheld, and the gateways can serve it
+            row("share.version", 1, 3, 2),  # the gateways can serve 2 of the brokers' 3
+            row("transaction.version", 2, 2, 2),  # as the brokers hold it: nothing to say
+            row("streams.version", 0, None, 1),  # no gateway's broker reports features
+        ]
+    }
+    assert withheld_notes(doc) == [
+        "group.version: brokers finalized 1, gateways hold 0; clients get 0 "
+        "(featurectl finalize --feature group.version=1 to serve 1)",
+        "share.version: brokers finalized 3, gateways hold 1; clients get 1 "
+        "(featurectl finalize --feature share.version=2 to serve 2)",
+    ]
+    header, rows = feature_table(doc)
+    assert header[-1] == "brokers finalized"
+    assert [r[-1] for r in rows] == [1, 3, 2, "-"]
