@@ -4,7 +4,8 @@ Real clients through a real gateway in front of the session's broker (Apache Kaf
 by default):
 
 - kafka-python pinned to api_version (0, 10) produces with Produce v2, which Kafka 4
-  removed: every attempt is refused and its connection closed, so it reconnects. Its
+  removed, and the version bridge's policy refuses it (as an operator who wants the
+  client moved says): every attempt is refused and its connection closed, so it reconnects. Its
   refusals must show under api="Produce", api_version="2" and its client-id identity in
   /metrics, and in /clients with its peer address, several connections and the refused
   version; its Metadata traffic under the same identity.
@@ -90,15 +91,23 @@ def produce_pinned_0_10(bootstrap: str, topic: str, seconds: float) -> None:
         producer.close(timeout=5)
 
 
+def refusing_config(tmp_path: Path) -> str:
+    """A config whose version bridge refuses the pinned client (gateway/bridge/policy.py)."""
+    path = tmp_path / "refuse-legacy.toml"
+    path.write_text(f'[bridge]\npolicy = ["client_id=^{OLD_CLIENT_ID}$ -> refuse"]\n')
+    return str(path)
+
+
 def record_of(records: list[dict[str, Any]], client_id: str) -> dict[str, Any] | None:
     return next((r for r in records if r["client_id"] == client_id), None)
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
 def test_refusals_are_attributed_and_clients_are_recorded(
-    gateway_factory: GatewayFactory, unique_topic: str, workers: int
+    gateway_factory: GatewayFactory, unique_topic: str, workers: int, tmp_path: Path
 ) -> None:
-    gw = gateway_factory("--workers", str(workers), metrics=True)
+    config = refusing_config(tmp_path)
+    gw = gateway_factory("--config", config, "--workers", str(workers), metrics=True)
     confluent = ConfluentDriver()
     confluent.create_topic(gw.bootstrap, unique_topic)
     confluent.produce(gw.bootstrap, unique_topic, [b"a"], acks="all")
@@ -203,7 +212,7 @@ def test_a_client_without_a_kip511_name_is_labelled_by_its_client_id(
 def test_collect_writes_the_clients_dataset_and_read_clients_returns_it(
     gateway_factory: GatewayFactory, unique_topic: str, tmp_path: Path, monkeypatch
 ) -> None:
-    gw = gateway_factory(metrics=True)
+    gw = gateway_factory("--config", refusing_config(tmp_path), metrics=True)
     confluent = ConfluentDriver()
     confluent.create_topic(gw.bootstrap, unique_topic)
     produce_pinned_0_10(gw.bootstrap, unique_topic, seconds=2)
