@@ -169,14 +169,22 @@ def test_plan_release_4_names_the_old_clients_and_kafka_4_refuses_exactly_them(
     report = (tmp_path / "plan" / "report.md").read_text()
     assert "## Kafka 4.0 readiness" in report
 
-    # The roll: the same clients through a gateway in front of Kafka 4.x.
-    rolled = gateway_factory(upstream=apache_kafka.bootstrap, name="gateway-kafka-4")
+    # The roll: the same clients through a gateway in front of Kafka 4.x, its version
+    # bridge off (what Kafka 4 itself does), then on (the default: gateway/bridge).
+    no_bridge = tmp_path / "no-bridge.toml"
+    no_bridge.write_text("bridge_old_clients = false\n")
+    rolled = gateway_factory(
+        "--config", str(no_bridge), upstream=apache_kafka.bootstrap, name="gateway-kafka-4"
+    )
     topic = f"{unique_topic}-4"
     modern.create_topic(rolled.bootstrap, topic)
     modern.produce(rolled.bootstrap, topic, values, acks="all")
     assert modern.consume_assigned(rolled.bootstrap, topic, RECORDS) == values
     for old in OLD_CLIENTS:  # every client the plan named: refused
         assert delivered(old, rolled.bootstrap, topic, values[:2]) == 0, old.name
+    bridged = gateway_factory(upstream=apache_kafka.bootstrap, name="gateway-kafka-4-bridge")
+    for old in OLD_CLIENTS:  # and carried across by the bridge
+        assert delivered(old, bridged.bootstrap, topic, values[:2]) == 2, old.name
 
 
 def delivered(old: OldClient, bootstrap: str, topic: str, values: list[bytes]) -> int:
