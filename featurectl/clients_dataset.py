@@ -50,6 +50,7 @@ ROW_FIELDS = (
     "last_seen",  # float: epoch seconds
     "versions_used",  # list[{api_key:int, api:str, api_version:int, count:int}]
     "versions_refused",  # list[{api_key, api, api_version, reason:str, count}]
+    "bridged_requests",  # int: its requests the version bridge carried (gateway.bridge)
 )
 
 _files = itertools.count()
@@ -95,6 +96,7 @@ def arrow_schema() -> Any:
             ("last_seen", pa.float64()),
             ("versions_used", pa.list_(used)),
             ("versions_refused", pa.list_(refused)),
+            ("bridged_requests", pa.int64()),
         ]
     )
 
@@ -139,6 +141,7 @@ def row_of(gateway_id: str, scraped_ms: int, record: Mapping[str, Any]) -> dict[
             }
             for r in record.get("versions_refused") or []
         ],
+        "bridged_requests": int(record.get("bridged_requests", 0)),
     }
 
 
@@ -160,6 +163,7 @@ def _state(row: Mapping[str, Any]) -> tuple[Any, ...]:
         tuple(row["principal_connections"]),
         tuple(tuple(u.values()) for u in row["versions_used"]),
         tuple(tuple(r.values()) for r in row["versions_refused"]),
+        row["bridged_requests"],
     )
 
 
@@ -241,6 +245,7 @@ def read_client_rows(root: str | Path) -> list[dict[str, Any]]:
             # Files written before principals were recorded read them as null.
             row["principals"] = row["principals"] or []
             row["principal_connections"] = row["principal_connections"] or []
+            row["bridged_requests"] = row["bridged_requests"] or 0  # and before the bridge
             key = _identity_key(row)
             first_seen[key] = min(first_seen.get(key, row["first_seen"]), row["first_seen"])
             mine = newest.get(key)

@@ -84,6 +84,7 @@ def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str,
                 "first_seen": None,
                 "last_seen": None,
                 "connections_opened": 0,
+                "bridged_requests": 0,
             },
         )
         if r.get("client_id"):
@@ -94,6 +95,7 @@ def identity_index(identities: Iterable[Row]) -> dict[tuple[Any, Any], dict[str,
             m["fingerprints"].add(str(r["fingerprint"]))
         opened = int(r.get("connections_opened") or 0)
         m["connections_opened"] += opened
+        m["bridged_requests"] += int(r.get("bridged_requests") or 0)
         for peer in r.get("peers") or ():
             peers[key][str(peer)] += max(1, opened)
         counts = r.get("principal_connections") or ()

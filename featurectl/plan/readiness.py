@@ -12,9 +12,10 @@ first? Plain Python over rows already on the driver (no Spark).
   clients each level changes something for (the API versions it gates that they use).
 
 A verdict per client: ``breaks on X``, ``works``, or ``works only through the
-gateway's bridge`` (reserved for the bridge of another issue: a client is judged so only
-when its requests were counted as bridged, ``BRIDGED_METRIC``, which no gateway counts
-yet, so the plan never claims it today).
+gateway's bridge``: X refuses what it used, and the gateways' version bridge carried
+some of its requests in the window (its client records' ``bridged_requests``: it is in
+front of a broker that refuses them already), so it keeps working as long as the bridge
+serves it (``bridge_old_clients``, ``[bridge] policy``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from gateway.versions import accepted_versions, release_named
 BREAKS = "breaks on {release}"
 WORKS = "works"
 BRIDGED = "works only through the gateway's bridge"
-# The counter a gateway's bridge will count bridged requests in (not built yet).
-BRIDGED_METRIC = "kafka_gateway_bridged_requests_total"
 
 
 def refused_by(release: str, api_key: int, version: int) -> dict[str, Any] | None:
@@ -217,7 +216,8 @@ def readiness(
 ) -> dict[str, Any]:
     """The "release X readiness" section of plan.json (``state``: ``live_state.LiveState``)."""
     row = release_named(release)
-    clients = client_readiness(row.name, usage, index)
+    bridged = frozenset(k for k, m in index.items() if m.get("bridged_requests", 0) > 0)
+    clients = client_readiness(row.name, usage, index, bridged)
     gates = gateway_readiness(row.name, gateways, state.support, catalogue)
     features = feature_readiness(row.name, state.finalized, catalogue, usage)
     breaking = [c for c in clients if c["verdict"] == BREAKS.format(release=row.name)]
@@ -294,7 +294,6 @@ def gateway_infos(
 __all__ = [
     "BREAKS",
     "BRIDGED",
-    "BRIDGED_METRIC",
     "WORKS",
     "gateway_infos",
     "readiness",

@@ -150,6 +150,7 @@ def test_collect_writes_the_clients_and_read_clients_returns_plain_rows(
                 "count": 3,
             }
         ],
+        "bridged_requests": 0,
     }
     assert isinstance(old["scraped_at"], float) and old["scraped_at"] > now
     assert len(old["fingerprint"]) == 12

@@ -157,6 +157,24 @@ def test_gateways_too_old_for_the_release_and_steps_in_order() -> None:
     assert modern["safe"] and [s["kind"] for s in modern["steps"]] == ["roll brokers", "finalize"]
 
 
+def test_a_client_the_bridge_carries_works_only_through_it_and_moves_nothing() -> None:
+    # librdkafka's records say the version bridge carried its requests (it is in front
+    # of a Kafka 4.x already): not a client to move, but one that needs the bridge.
+    index = {
+        **INDEX,
+        **ids.identity_index(
+            [{"gateway_id": "gw-a", "identity": FALLBACK_RDKAFKA[0], "identity_version":
+              "unknown", "client_id": "rdkafka", "bridged_requests": 12}]
+        ),
+    }  # fmt: skip
+    plan = rd.readiness("4.0", USAGE, index, GATEWAYS[:1], STATE, CATALOGUE)
+    verdicts = {c["client_software_name"]: c["verdict"] for c in plan["clients"]}
+    assert verdicts[FALLBACK_RDKAFKA[0]] == rd.BRIDGED
+    assert verdicts[PINNED_PYTHON[0]] == "breaks on 4.0"
+    moves = [s["action"] for s in plan["steps"] if s["kind"] == "move client"]
+    assert len(moves) == 1 and moves[0].startswith(PINNED_PYTHON[0])
+
+
 def test_release_arguments_read_as_kafka_features_writes_them() -> None:
     assert _check_releases(["4.0.1", "4.1"]) == ("4.0", "4.1")
     with pytest.raises(UsageError, match=r"unknown Apache Kafka release .9\.9."):
