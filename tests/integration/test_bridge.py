@@ -24,11 +24,27 @@ RECORDS = 200
 TIMEOUT_S = 30.0
 
 
+def _bridging(
+    factory: GatewayFactory,
+    kafka: ApacheKafkaBroker,
+    tmp_path: Path | None = None,
+    bridge: str = "",
+) -> GatewayProcess:
+    """A gateway in front of Kafka 4.x, with metrics; ``bridge``: its ``[bridge]`` section's
+    lines, if any (a config file in ``tmp_path``). Skipped in front of Kafka 3.9."""
+    if kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x, which removed the old versions")
+    options: tuple[str, ...] = ()
+    if tmp_path is not None:
+        config = tmp_path / "bridge.toml"
+        config.write_text(f"[bridge]\n{bridge}\n")
+        options = ("--config", str(config))
+    return factory(*options, upstream=kafka.bootstrap, metrics=True)
+
+
 @pytest.fixture
 def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("the bridge is for Kafka 4.x, which removed the old versions")
-    return gateway_factory(upstream=apache_kafka.bootstrap, metrics=True)
+    return _bridging(gateway_factory, apache_kafka)
 
 
 def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
@@ -262,11 +278,8 @@ def test_a_policy_refuses_one_client_and_bridges_another(
     unique_topic: str,
     tmp_path: Path,
 ) -> None:
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("the bridge is for Kafka 4.x")
-    config = tmp_path / "bridge.toml"
-    config.write_text('[bridge]\npolicy = ["client_id=^legacy- -> refuse"]\n')
-    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    policy = 'policy = ["client_id=^legacy- -> refuse"]'
+    gw = _bridging(gateway_factory, apache_kafka, tmp_path, policy)
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
     assert _old((0, 10), client_id="app").produce_records(gw.bootstrap, unique_topic, sent) == 10
@@ -331,13 +344,9 @@ def test_the_policy_file_is_reloaded_on_sighup(
 ) -> None:
     from tests.integration.test_reload import reloads
 
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("the bridge is for Kafka 4.x")
     rules = tmp_path / "bridge-policy.txt"
     rules.write_text("client_id=^legacy- -> refuse\n")
-    config = tmp_path / "bridge.toml"
-    config.write_text(f'[bridge]\npolicy_file = "{rules}"\n')
-    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    gw = _bridging(gateway_factory, apache_kafka, tmp_path, f'policy_file = "{rules}"')
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")
     rules.write_text("# every client is bridged now\n")
