@@ -133,10 +133,8 @@ class RequestReader(FrameReader):
                     out.append(mv[span : exc.at])
                 self._fail(out, exc.reason, exc.detail)
                 return n
-            if pos >= n:
-                if pos > n:  # its last frame, not all here: the rest passes as it comes
-                    self._pass = pos - n
-                    pos = n
+            if pos >= n:  # its last frame may not be all here: the rest passes as it comes
+                pos = self._past(pos, n)
                 break
             if why == DONE:
                 continue
@@ -172,16 +170,10 @@ class RequestReader(FrameReader):
                 )  # fmt: skip
                 if version != 0:  # v1: its tokens come in SaslAuthenticate requests
                     inflight.sasl.begin_login(mechanism)
-                    if end > n:
-                        self._pass = end - n
-                        pos = n
-                        break
-                    pos = end
+                    pos = self._past(end, n)
                     continue
                 inflight.sasl.handshake_sent(entries[-1], mechanism)
-                if end > n:
-                    self._pass = end - n
-                    end = n
+                end = self._past(end, n)
                 out.append(mv[span:end])
                 return end
             if why == UNREADABLE:
@@ -205,6 +197,15 @@ class RequestReader(FrameReader):
             self._head = bytes(mv[pos:])
         return n
 
+    def _past(self, end: int, n: int) -> int:
+        """Where reading resumes after a frame passed through whole that ends at ``end``:
+        there, or, for one that runs past this read's ``n`` bytes, at ``n``, with the rest
+        of it to pass through as it comes (``_pass``)."""
+        if end > n:
+            self._pass = end - n
+            return n
+        return end
+
     def _split_sasl(self, data: bytes, mv: memoryview, pos: int, out: list[Item]) -> int:
         """Raw SASL tokens from ``pos``; return where Kafka requests resume, else n."""
         n = len(data)
@@ -220,11 +221,7 @@ class RequestReader(FrameReader):
                 return n
             verdict = sasl.client_frame(mv[pos + 4 : min(end, n)], end <= n)
             if verdict == _sasl.TOKEN:
-                if end > n:
-                    self._pass = end - n
-                    pos = n
-                    break
-                pos = end
+                pos = self._past(end, n)
                 continue
             if span < pos:
                 out.append(mv[span:pos])

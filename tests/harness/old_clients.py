@@ -10,11 +10,15 @@ them. Kept free of pytest.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 TIMEOUT_S = 30.0
+
+Record = tuple[bytes | None, bytes]  # (key, value)
+Read = tuple[int, bytes | None, bytes]  # (offset, key, value)
 
 
 @dataclass(frozen=True)
@@ -23,19 +27,37 @@ class OldClient:
 
     name: str
     library: str  # "kafka-python" or "librdkafka"
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # the producer's and consumer's
+    compression: str | None = None  # the producer's codec; None: the library's default
 
     def produce(self, bootstrap: str, topic: str, values: list[bytes]) -> int:
         """Send ``values`` with acks=all; the count the broker acknowledged."""
+        return self.produce_records(bootstrap, topic, [(None, v) for v in values])
+
+    def produce_records(self, bootstrap: str, topic: str, records: list[Record]) -> int:
+        """Send keyed ``records`` with acks=all; the count the broker acknowledged."""
         if self.library == "kafka-python":
-            return _kafka_python_produce(bootstrap, topic, values, self.settings)
-        return _librdkafka_produce(bootstrap, topic, values, self.settings)
+            settings = dict(self.settings)
+            if self.compression is not None:
+                settings["compression_type"] = self.compression
+            return _kafka_python_produce(bootstrap, topic, records, settings)
+        settings = dict(self.settings)
+        if self.compression is not None:
+            settings["compression.codec"] = self.compression
+        return _librdkafka_produce(bootstrap, topic, records, settings)
 
     def consume(self, bootstrap: str, topic: str, count: int) -> list[bytes]:
         """Partition 0 from its beginning, until ``count`` values or the timeout."""
+        return [v for _, _, v in self.consume_records(bootstrap, topic, count)]
+
+    def consume_records(
+        self, bootstrap: str, topic: str, count: int, linger_s: float = 0.0
+    ) -> list[Read]:
+        """Partition 0 from its beginning, as (offset, key, value), until ``count`` records
+        or the timeout; then ``linger_s`` longer, for any beyond ``count`` (a duplicate)."""
         if self.library == "kafka-python":
-            return _kafka_python_consume(bootstrap, topic, count, self.settings)
-        return _librdkafka_consume(bootstrap, topic, count, self.settings)
+            return _kafka_python_consume(bootstrap, topic, count, linger_s, self.settings)
+        return _librdkafka_consume(bootstrap, topic, count, linger_s, self.settings)
 
 
 OLD_CLIENTS = (
@@ -50,7 +72,7 @@ OLD_CLIENTS = (
 
 
 def _kafka_python_produce(
-    bootstrap: str, topic: str, values: list[bytes], settings: dict[str, Any]
+    bootstrap: str, topic: str, records: list[Record], settings: dict[str, Any]
 ) -> int:
     from kafka import KafkaProducer
 
@@ -63,7 +85,7 @@ def _kafka_python_produce(
         **settings,
     )
     try:
-        futures = [producer.send(topic, value=v, partition=0) for v in values]
+        futures = [producer.send(topic, key=k, value=v, partition=0) for k, v in records]
         producer.flush(timeout=TIMEOUT_S)
         acknowledged = 0
         for future in futures:
@@ -78,8 +100,8 @@ def _kafka_python_produce(
 
 
 def _kafka_python_consume(
-    bootstrap: str, topic: str, count: int, settings: dict[str, Any]
-) -> list[bytes]:
+    bootstrap: str, topic: str, count: int, linger_s: float, settings: dict[str, Any]
+) -> list[Read]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -93,18 +115,21 @@ def _kafka_python_consume(
         partition = TopicPartition(topic, 0)
         consumer.assign([partition])
         consumer.seek_to_beginning(partition)
-        got: list[bytes] = []
+        got: list[Read] = []
         deadline = time.monotonic() + TIMEOUT_S
         while len(got) < count and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
-                got.extend(r.value for r in records)
+                got.extend((r.offset, r.key, r.value) for r in records)
+        if linger_s:
+            for records in consumer.poll(timeout_ms=int(linger_s * 1000)).values():
+                got.extend((r.offset, r.key, r.value) for r in records)
         return got
     finally:
         consumer.close()
 
 
 def _librdkafka_produce(
-    bootstrap: str, topic: str, values: list[bytes], settings: dict[str, Any]
+    bootstrap: str, topic: str, records: list[Record], settings: dict[str, Any]
 ) -> int:
     from confluent_kafka import Producer
 
@@ -123,15 +148,15 @@ def _librdkafka_produce(
             **settings,
         }
     )
-    for value in values:
-        producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, partition=0, on_delivery=on_delivery)
     producer.flush(TIMEOUT_S + 5)
     return acknowledged
 
 
 def _librdkafka_consume(
-    bootstrap: str, topic: str, count: int, settings: dict[str, Any]
-) -> list[bytes]:
+    bootstrap: str, topic: str, count: int, linger_s: float, settings: dict[str, Any]
+) -> list[Read]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -144,12 +169,17 @@ def _librdkafka_consume(
     )
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(got) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append(message.value())
+        got: list[Read] = []
+
+        def take(seconds: float, enough: float) -> None:
+            deadline = time.monotonic() + seconds
+            while len(got) < enough and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    got.append((message.offset(), message.key(), message.value()))
+
+        take(TIMEOUT_S, count)
+        take(linger_s, math.inf)
         return got
     finally:
         consumer.close()

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,8 @@ from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.consumers import ContinuousConsumer
 from tests.harness.java_clients import JavaProbe
-from tests.harness.ports import LOOPBACK
 from tests.integration.conftest import CHROOT
-from tests.integration.test_features import metric, wait_for
+from tests.integration.test_features import fleet_member, metric, wait_for
 from tests.integration.test_java_clients import probe
 from tests.integration.test_kafka_features_tool import kafka_features
 from tests.integration.test_upgrade_in_place import create_topic
@@ -40,12 +38,14 @@ from tests.integration.test_upstream_features import (
     features,
     heartbeat_error,
 )
+from tests.integration.test_upstream_level_change import own_kafka
 
 PRODUCE = 0
 RECORDS = 20
 JAVA_RECORDS = 12
 
-__all__ = ["probe"]  # a fixture of test_java_clients, used here by name
+# Fixtures of test_java_clients and test_upstream_level_change, used here by name.
+__all__ = ["own_kafka", "probe"]
 
 
 @pytest.fixture
@@ -53,18 +53,6 @@ def kraft(apache_kafka: ApacheKafkaBroker) -> ApacheKafkaBroker:
     if apache_kafka.zookeeper_mode:
         pytest.skip(f"needs Apache Kafka 4.x (KRaft); the session runs {apache_kafka.version}")
     return apache_kafka
-
-
-@pytest.fixture
-def own_kafka(tmp_path: Path) -> Iterator[ApacheKafkaBroker]:
-    """A Kafka 4.4 of this test's own, whose levels it changes (reachable as it
-    advertises itself, for kafka-features.sh)."""
-    kafka = ApacheKafkaBroker(tmp_path, name="kafka-own", advertised_host=LOOPBACK)
-    kafka.start()
-    try:
-        yield kafka
-    finally:
-        kafka.stop()
 
 
 def adopting_gateway(
@@ -75,12 +63,7 @@ def adopting_gateway(
     *extra: str,
 ) -> GatewayProcess:
     return factory(
-        "--zookeeper",
-        zookeeper.connect_string,
-        "--zookeeper-chroot",
-        CHROOT,
-        "--gateway-id",
-        name,
+        *fleet_member(zookeeper, name),
         "--adopt-broker-features",  # the default; the harness turns it off for other tests
         *extra,
         upstream=kafka.bootstrap,

@@ -24,11 +24,27 @@ RECORDS = 200
 TIMEOUT_S = 30.0
 
 
+def _bridging(
+    factory: GatewayFactory,
+    kafka: ApacheKafkaBroker,
+    tmp_path: Path | None = None,
+    bridge: str = "",
+) -> GatewayProcess:
+    """A gateway in front of Kafka 4.x, with metrics; ``bridge``: its ``[bridge]`` section's
+    lines, if any (a config file in ``tmp_path``). Skipped in front of Kafka 3.9."""
+    if kafka.zookeeper_mode:
+        pytest.skip("the bridge is for Kafka 4.x, which removed the old versions")
+    options: tuple[str, ...] = ()
+    if tmp_path is not None:
+        config = tmp_path / "bridge.toml"
+        config.write_text(f"[bridge]\n{bridge}\n")
+        options = ("--config", str(config))
+    return factory(*options, upstream=kafka.bootstrap, metrics=True)
+
+
 @pytest.fixture
 def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("the bridge is for Kafka 4.x, which removed the old versions")
-    return gateway_factory(upstream=apache_kafka.bootstrap, metrics=True)
+    return _bridging(gateway_factory, apache_kafka)
 
 
 def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
@@ -42,61 +58,41 @@ def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
     ]
 
 
-def _produce(
-    bootstrap: str, topic: str, sent: list[tuple[bytes | None, bytes]], **settings: Any
-) -> int:
+def _old(
+    api_version: tuple[int, int], compression: str | None = None, **settings: Any
+) -> OldClient:
+    """kafka-python pinned to ``api_version``, as ``tests/harness/old_clients`` has it."""
+    name = "kafka-python-" + ".".join(map(str, api_version))
+    return OldClient(name, "kafka-python", {"api_version": api_version, **settings}, compression)
+
+
+def _read(
+    old: OldClient, bootstrap: str, topic: str, count: int
+) -> list[tuple[int, bytes | None, bytes]]:
+    # A second longer than ``count`` takes: anything beyond it would be a duplicate.
+    return old.consume_records(bootstrap, topic, count, linger_s=1.0)
+
+
+def _assert_refused(bootstrap: str, topic: str, **settings: Any) -> None:
+    """One record from kafka-python 0.10, not retried, and not acknowledged."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
-        request_timeout_ms=int(TIMEOUT_S * 1000),
-        max_block_ms=int(TIMEOUT_S * 1000),
-        reconnect_backoff_max_ms=1000,
+        api_version=(0, 10),
+        request_timeout_ms=5000,
+        max_block_ms=5000,
+        retries=0,
         **settings,
     )
     try:
-        futures = [producer.send(topic, key=k, value=v, partition=0) for k, v in sent]
-        producer.flush(timeout=TIMEOUT_S)
-        acknowledged = 0
-        for future in futures:
-            try:
-                future.get(timeout=1)
-                acknowledged += 1
-            except Exception:  # refused or timed out: not delivered
-                pass
-        return acknowledged
+        future = producer.send(topic, key=b"k", value=b"no", partition=0)
+        producer.flush(timeout=10)
+        with pytest.raises(Exception):  # noqa: B017 - any failure: the broker refused it
+            future.get(timeout=1)
     finally:
         producer.close(timeout=5)
-
-
-def _consume(
-    bootstrap: str, topic: str, count: int, **settings: Any
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        request_timeout_ms=int(TIMEOUT_S * 1000) + 1000,
-        reconnect_backoff_max_ms=1000,
-        **settings,
-    )
-    try:
-        partition = TopicPartition(topic, 0)
-        consumer.assign([partition])
-        consumer.seek_to_beginning(partition)
-        got: list[tuple[int, bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(got) < count and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                got.extend((r.offset, r.key, r.value) for r in batch)
-        # A little longer: anything beyond ``count`` would be a duplicate.
-        for batch in consumer.poll(timeout_ms=1000).values():
-            got.extend((r.offset, r.key, r.value) for r in batch)
-        return got
-    finally:
-        consumer.close()
 
 
 def _metrics(gw: GatewayProcess) -> str:
@@ -124,10 +120,10 @@ def test_old_kafka_python_is_carried_across_kafka_4(
     compression: str | None,
 ) -> None:
     DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
-    old = {"api_version": api_version, "compression_type": compression}
+    old = _old(api_version, compression)
     sent = _records("old")
-    assert _produce(bridged.bootstrap, unique_topic, sent, **old) == RECORDS
-    got = _consume(bridged.bootstrap, unique_topic, RECORDS, api_version=api_version)
+    assert old.produce_records(bridged.bootstrap, unique_topic, sent) == RECORDS
+    got = _read(old, bridged.bootstrap, unique_topic, RECORDS)
     assert [(k, v) for _, k, v in got] == sent  # 200 of 200, byte-identical, no duplicate
     assert [o for o, _, _ in got] == list(range(RECORDS))
     # The broker stored record batches: a modern client reads the same records.
@@ -160,24 +156,7 @@ def test_direct_to_kafka_4_the_old_client_fails(
         pytest.skip("Kafka 3.9 still serves the old versions")
     direct = f"127.0.0.1:{apache_kafka.node.internal_port}"  # advertises itself
     DRIVERS[0].create_topic(direct, unique_topic)
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=direct,
-        acks="all",
-        api_version=(0, 10),
-        request_timeout_ms=5000,
-        max_block_ms=5000,
-        retries=0,
-        reconnect_backoff_max_ms=500,
-    )
-    try:
-        future = producer.send(unique_topic, key=b"k", value=b"v", partition=0)
-        producer.flush(timeout=10)
-        with pytest.raises(Exception):  # noqa: B017 - any failure: the broker closed on it
-            future.get(timeout=1)
-    finally:
-        producer.close(timeout=5)
+    _assert_refused(direct, unique_topic, reconnect_backoff_max_ms=500)
 
 
 def test_a_modern_client_beside_bridged_ones_is_untouched(
@@ -185,14 +164,14 @@ def test_a_modern_client_beside_bridged_ones_is_untouched(
 ) -> None:
     DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
     old = [(b"k%d" % i, b"old-%d" % i) for i in range(50)]
-    assert _produce(bridged.bootstrap, unique_topic, old, api_version=(0, 10)) == 50
+    assert _old((0, 10)).produce_records(bridged.bootstrap, unique_topic, old) == 50
     modern = [b"modern-%d" % i for i in range(50)]
     DRIVERS[0].produce(bridged.bootstrap, unique_topic, modern, "all")
     assert (
         DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, 100)
         == [v for _, v in old] + modern
     )
-    got = _consume(bridged.bootstrap, unique_topic, 100, api_version=(0, 10))
+    got = _read(_old((0, 10)), bridged.bootstrap, unique_topic, 100)
     assert [v for _, _, v in got] == [v for _, v in old] + modern
     # Only the old client's requests were bridged: confluent-kafka's went through as they came.
     text = _metrics(bridged)
@@ -211,7 +190,7 @@ def test_acks_0_is_honoured_across_the_bridge(bridged: GatewayProcess, unique_to
         producer.flush(timeout=TIMEOUT_S)
     finally:
         producer.close(timeout=5)
-    got = _consume(bridged.bootstrap, unique_topic, RECORDS, api_version=(0, 10))
+    got = _read(_old((0, 10)), bridged.bootstrap, unique_topic, RECORDS)
     assert [(k, v) for _, k, v in got] == sent
     assert 'api="Produce",from_version="2",to_version="3"' in _metrics(bridged)
 
@@ -279,12 +258,13 @@ def test_a_classic_group_commits_and_resumes_across_the_bridge(
     DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
     first = [(None, b"first-%d" % i) for i in range(100)]
     second = [(None, b"second-%d" % i) for i in range(100)]
-    assert _produce(bridged.bootstrap, unique_topic, first, api_version=api_version) == 100
+    old = _old(api_version)
+    assert old.produce_records(bridged.bootstrap, unique_topic, first) == 100
     group = f"g-{unique_topic}"
     assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
         v for _, v in first
     ]
-    assert _produce(bridged.bootstrap, unique_topic, second, api_version=api_version) == 100
+    assert old.produce_records(bridged.bootstrap, unique_topic, second) == 100
     # A restart: the group's committed offset, read back, is where the second read starts.
     assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
         v for _, v in second
@@ -298,32 +278,12 @@ def test_a_policy_refuses_one_client_and_bridges_another(
     unique_topic: str,
     tmp_path: Path,
 ) -> None:
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("the bridge is for Kafka 4.x")
-    config = tmp_path / "bridge.toml"
-    config.write_text('[bridge]\npolicy = ["client_id=^legacy- -> refuse"]\n')
-    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    policy = 'policy = ["client_id=^legacy- -> refuse"]'
+    gw = _bridging(gateway_factory, apache_kafka, tmp_path, policy)
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
-    assert _produce(gw.bootstrap, unique_topic, sent, api_version=(0, 10), client_id="app") == 10
-    from kafka import KafkaProducer
-
-    refused = KafkaProducer(
-        bootstrap_servers=gw.bootstrap,
-        acks="all",
-        api_version=(0, 10),
-        client_id="legacy-1",
-        request_timeout_ms=5000,
-        max_block_ms=5000,
-        retries=0,
-    )
-    try:
-        future = refused.send(unique_topic, key=b"k", value=b"no", partition=0)
-        refused.flush(timeout=10)
-        with pytest.raises(Exception):  # noqa: B017 - refused as Kafka 4 refuses it
-            future.get(timeout=1)
-    finally:
-        refused.close(timeout=5)
+    assert _old((0, 10), client_id="app").produce_records(gw.bootstrap, unique_topic, sent) == 10
+    _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")  # as Kafka 4 refuses it
     assert DRIVERS[0].consume_assigned(gw.bootstrap, unique_topic, 10) == [v for _, v in sent]
     text = _metrics(gw)
     refused_line = next(
@@ -384,31 +344,14 @@ def test_the_policy_file_is_reloaded_on_sighup(
 ) -> None:
     from tests.integration.test_reload import reloads
 
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("the bridge is for Kafka 4.x")
     rules = tmp_path / "bridge-policy.txt"
     rules.write_text("client_id=^legacy- -> refuse\n")
-    config = tmp_path / "bridge.toml"
-    config.write_text(f'[bridge]\npolicy_file = "{rules}"\n')
-    gw = gateway_factory("--config", str(config), upstream=apache_kafka.bootstrap, metrics=True)
+    gw = _bridging(gateway_factory, apache_kafka, tmp_path, f'policy_file = "{rules}"')
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
-    quick = {"api_version": (0, 10), "client_id": "legacy-1", "request_timeout_ms": 5000}
-    from kafka import KafkaProducer
-
-    refused = KafkaProducer(
-        bootstrap_servers=gw.bootstrap, acks="all", max_block_ms=5000, retries=0, **quick
-    )
-    try:
-        future = refused.send(unique_topic, value=b"no", partition=0)
-        refused.flush(timeout=10)
-        with pytest.raises(Exception):  # noqa: B017 - refused as Kafka 4 refuses it
-            future.get(timeout=1)
-    finally:
-        refused.close(timeout=5)
+    _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")
     rules.write_text("# every client is bridged now\n")
     reloads(gw, "ok", 1)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
-    assert (
-        _produce(gw.bootstrap, unique_topic, sent, api_version=(0, 10), client_id="legacy-1") == 10
-    )
+    legacy = _old((0, 10), client_id="legacy-1")
+    assert legacy.produce_records(gw.bootstrap, unique_topic, sent) == 10
     assert '"bridge_policy_changed": true' in gw.log_text()

@@ -76,6 +76,18 @@ def catalogue(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
+def fleet_member(zookeeper: ZooKeeperProcess, name: str) -> tuple[str, ...]:
+    """The options that register a gateway as ``name`` in the tests' feature store."""
+    return (
+        "--zookeeper",
+        zookeeper.connect_string,
+        "--zookeeper-chroot",
+        CHROOT,
+        "--gateway-id",
+        name,
+    )
+
+
 def start_gateway(
     factory: GatewayFactory,
     zookeeper: ZooKeeperProcess,
@@ -86,12 +98,7 @@ def start_gateway(
     **kwargs: Any,
 ) -> GatewayProcess:
     return factory(
-        "--zookeeper",
-        zookeeper.connect_string,
-        "--zookeeper-chroot",
-        CHROOT,
-        "--gateway-id",
-        name,
+        *fleet_member(zookeeper, name),
         "--features-catalogue",
         catalogue(tmp_path, name, text),
         *extra,

@@ -19,9 +19,6 @@ refusals nobody can attribute (an older gateway's counter has only a reason).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,7 +29,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from featurectl.plan.columnar import SAMPLES
-from featurectl.plan.layout import SCRAPES, STATE
+from featurectl.plan.layout import SCRAPES
 from gateway.commands import shell_command
 from gateway.features.store import FeatureStore
 from gateway.features.znode import Registration
@@ -44,6 +41,7 @@ from tests.harness import (
     ZooKeeperProcess,
     free_port,
 )
+from tests.harness.featurectl_collect import environ_without_zookeeper, featurectl_collect, rounds
 from tests.harness.featurectl_plan import featurectl_plan
 from tests.harness.kafka_wire import parse_features
 from tests.integration.conftest import CHROOT
@@ -117,32 +115,7 @@ def metadata_v12(gw: GatewayProcess, times: int) -> None:
 
 
 def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_GATEWAY_ZOOKEEPER")}
-    clean["PYSPARK_PYTHON"] = sys.executable
-    return clean
-
-
-def start_collect(zookeeper: ZooKeeperProcess, out: Path, *args: str) -> subprocess.Popen[str]:
-    """``featurectl collect`` into ``out`` as a child process (stop it with SIGTERM)."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "featurectl",
-            "collect",
-            "--zookeeper",
-            zookeeper.connect_string,
-            "--chroot",
-            CHROOT,
-            "--out",
-            str(out),
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    return {**environ_without_zookeeper(), "PYSPARK_PYTHON": sys.executable}
 
 
 def test_collect_then_plan_with_real_gateways_and_clients(
@@ -162,11 +135,10 @@ def test_collect_then_plan_with_real_gateways_and_clients(
         wait_for(lambda gw=gw: serves_level_1(gw), what=f"{gw.name} serving level 1")
 
     metrics = tmp_path / "metrics"
-    collect = start_collect(zookeeper, metrics, "--interval", "1")
-    try:
+    with featurectl_collect(zookeeper.connect_string, CHROOT, metrics, "--interval", "1"):
         # Traffic after the first round, so the counters grow inside the window.
         # The Parquet writer buffers; a round's state snapshot says the round ran.
-        wait_for(lambda: list((metrics / STATE).glob("*.json")), what="the first round")
+        wait_for(lambda: rounds(metrics) >= 1, what="the first round")
         client = ConfluentDriver()
         client.create_topic(a.bootstrap, unique_topic)
         client.produce(a.bootstrap, unique_topic, [b"a", b"b", b"c", b"d"], acks="all")
@@ -174,20 +146,12 @@ def test_collect_then_plan_with_real_gateways_and_clients(
         describe_cluster_v1(b, times=3)
         metadata_v12(a, times=3)
         # Two more rounds, so a scrape surely saw all of it; then stop as an operator does.
-        rounds = len(list((metrics / STATE).glob("*.json")))
-        wait_for(lambda: len(list((metrics / STATE).glob("*.json"))) >= rounds + 2, what="rounds")
-        collect.send_signal(signal.SIGTERM)
-        _, err = collect.communicate(timeout=30)
-    finally:
-        if collect.poll() is None:
-            collect.kill()
-            collect.wait()
-    assert collect.returncode == 0, err
-    rounds = len(list((metrics / STATE).glob("*.json")))
+        done = rounds(metrics)
+        wait_for(lambda: rounds(metrics) >= done + 2, what="rounds")
     # Written at SIGTERM: one scrape per gateway and round, each at its round's time.
     samples = pyarrow.dataset.dataset(metrics / SAMPLES, partitioning="hive").to_table()
     scrapes = set(zip(samples["gateway_id"].to_pylist(), samples["ts"].to_pylist(), strict=True))
-    assert len(scrapes) == 2 * rounds
+    assert len(scrapes) == 2 * rounds(metrics)
 
     catalogue = tmp_path / "gw-a.toml"
     plan_dir = tmp_path / "plan"
@@ -301,11 +265,9 @@ def test_collect_keeps_scraping_the_known_gateways_while_zookeeper_is_down(
         )
         metrics = tmp_path / "metrics"
         # Text: each round's files appear at once (Parquet buffers), which this test counts.
-        collect = start_collect(
-            zookeeper, metrics, "--interval", "0.5", "--timeout", "2", "--format", "text"
-        )
-        try:
-            wait_for(lambda: list((metrics / STATE).glob("*.json")), what="a first round")
+        options = ("--interval", "0.5", "--timeout", "2", "--format", "text")
+        with featurectl_collect(zookeeper.connect_string, CHROOT, metrics, *options) as collect:
+            wait_for(lambda: rounds(metrics) >= 1, what="a first round")
             zookeeper.stop()
             scraped = len(list((metrics / SCRAPES).glob("*/*.prom")))
             wait_for(
@@ -313,17 +275,10 @@ def test_collect_keeps_scraping_the_known_gateways_while_zookeeper_is_down(
                 timeout=30,
                 what="scrapes during the outage",
             )
-            collect.send_signal(signal.SIGTERM)
-            _, err = collect.communicate(timeout=30)
-        finally:
-            if collect.poll() is None:
-                collect.kill()
-                collect.wait()
     finally:
         server.shutdown()
         server.server_close()
-    assert collect.returncode == 0, err
-    assert "cannot read ZooKeeper this round" in err
-    rounds = {p.parent.name for p in (metrics / SCRAPES).glob("*/*.prom")}
+    assert "cannot read ZooKeeper this round" in collect.stderr
+    scraped_rounds = {p.parent.name for p in (metrics / SCRAPES).glob("*/*.prom")}
     # Rounds during the outage have scrapes but no state snapshot.
-    assert len(list((metrics / STATE).glob("*.json"))) < len(rounds)
+    assert rounds(metrics) < len(scraped_rounds)

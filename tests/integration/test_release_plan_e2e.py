@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import urllib.request
 import uuid
@@ -30,10 +28,10 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 from prometheus_client.parser import text_string_to_metric_families
 
-from featurectl.plan.layout import STATE
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.featurectl_collect import featurectl_collect, rounds
 from tests.harness.featurectl_plan import featurectl_plan
 from tests.harness.old_clients import OLD_CLIENTS, OldClient
 from tests.integration.test_clients import ConfluentDriver
@@ -71,19 +69,6 @@ def clients(gw: GatewayProcess) -> list[dict[str, Any]]:
     return entries
 
 
-def collect(zookeeper: str, chroot: str, out: Path) -> subprocess.Popen[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_GATEWAY_ZOOKEEPER")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "featurectl", "collect", "--zookeeper", zookeeper,
-         "--chroot", chroot, "--out", str(out), "--interval", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ,
-    )  # fmt: skip
-
-
-def rounds(metrics: Path) -> int:
-    return len(list((metrics / STATE).glob("*.json")))
-
-
 def test_plan_release_4_names_the_old_clients_and_kafka_4_refuses_exactly_them(
     kafka39: ZooKeeperModeKafka,
     apache_kafka: ApacheKafkaBroker,
@@ -108,8 +93,7 @@ def test_plan_release_4_names_the_old_clients_and_kafka_4_refuses_exactly_them(
     modern = ConfluentDriver()
 
     metrics = tmp_path / "metrics"
-    collector = collect(kafka39.zookeeper, chroot, metrics)
-    try:
+    with featurectl_collect(kafka39.zookeeper, chroot, metrics, "--interval", "1"):
         wait_for(lambda: rounds(metrics) >= 1, what="collect's first round")
         modern.create_topic(gw.bootstrap, unique_topic)
         values = [f"{unique_topic}/{i}".encode() for i in range(RECORDS)]
@@ -120,13 +104,6 @@ def test_plan_release_4_names_the_old_clients_and_kafka_4_refuses_exactly_them(
             assert len(old.consume(gw.bootstrap, unique_topic, RECORDS)) >= RECORDS, old.name
         done = rounds(metrics)
         wait_for(lambda: rounds(metrics) >= done + 2, what="two more rounds")
-        collector.send_signal(signal.SIGTERM)
-        _, err = collector.communicate(timeout=30)
-    finally:
-        if collector.poll() is None:
-            collector.kill()
-            collector.wait()
-    assert collector.returncode == 0, err
 
     # Who the old clients are, as the gateway names them: no KIP-511 software (they send
     # no ApiVersions), so their client ids; the modern client announces itself.

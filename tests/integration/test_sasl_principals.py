@@ -28,7 +28,7 @@ from featurectl.clients_dataset import read_client_rows
 from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import ConnectionClosed, GatewayProcess, KafkaConnection, ZooKeeperProcess
-from tests.harness.java_clients import JavaProbe, JavaToolMissing, build
+from tests.harness.java_clients import JavaProbe
 from tests.integration.secure_kafka import (
     OP_TIMEOUT_S,
     PASSWORD,
@@ -44,6 +44,7 @@ from tests.integration.secure_kafka import (
 )
 from tests.integration.test_featurectl import assert_ok, featurectl
 from tests.integration.test_features import CATALOGUE_A, FEATURE, start_gateway, wait_for
+from tests.integration.test_java_clients import probe
 from tests.integration.test_kafka_security import plain_login_v1
 from tests.integration.test_sasl import connect, handshake_v0, plain_login, raw_token
 from tests.integration.test_tls import produce_and_consume, tls_connection
@@ -53,6 +54,8 @@ OTHER_PASSWORD = "bob-s3cr3t-pw"
 WRONG_PASSWORD = "not-alices-pw-42"
 SECRETS = (PASSWORD, OTHER_PASSWORD, WRONG_PASSWORD)
 SASL_AUTHENTICATION_FAILED = 58
+
+__all__ = ["probe"]  # test_java_clients' module fixture, used here by name
 
 
 @pytest.fixture(scope="module")
@@ -288,14 +291,6 @@ def test_kip368_reauthentication_keeps_the_principal_and_a_refused_one_drops_it(
     gw.wait_for_log(r'"event": "sasl.login_failed"')
     assert_no_secret(gw.log_text())
     assert_gateway_clean(gw)
-
-
-@pytest.fixture(scope="module")
-def probe() -> JavaProbe:
-    try:
-        return build()
-    except JavaToolMissing as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "java"])

@@ -12,7 +12,7 @@ from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from gateway.bridge.convert import request_up, response_down
 from gateway.bridge.messages import decode, encode, schema
 from gateway.protocol import api_name
-from tests.unit.gateway.bridge.test_messages import _random
+from tests.unit.gateway.bridge.test_messages import _random, fetch_v4_answer
 
 
 def _message_set(magic: int, values: list[bytes]) -> bytes:
@@ -98,28 +98,7 @@ def test_fetch_v2_answer_comes_down_as_magic_1_from_the_offset_asked() -> None:
         builder.append(i, 99, b"k", b"v%d" % i, [("h", b"1")])
     batch = bytearray(builder.build())
     struct.pack_into(">q", batch, 0, 10)
-    answer = encode(
-        "FetchResponse",
-        4,
-        {
-            "ThrottleTimeMs": 0,
-            "Responses": [
-                {
-                    "Topic": "t",
-                    "Partitions": [
-                        {
-                            "PartitionIndex": 0,
-                            "ErrorCode": 0,
-                            "HighWatermark": 13,
-                            "LastStableOffset": 13,
-                            "AbortedTransactions": None,
-                            "Records": bytes(batch),
-                        }
-                    ],
-                }
-            ],
-        },
-    )
+    answer = encode("FetchResponse", 4, fetch_v4_answer(13, bytes(batch)))
     down = up.down(answer)
     assert down.headers_dropped == 2  # offsets 11 and 12
     records = decode("FetchResponse", 2, down.body)["Responses"][0]["Partitions"][0]["Records"]

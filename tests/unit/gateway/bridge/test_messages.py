@@ -22,6 +22,28 @@ ALL_VERSIONS = [
 _INTS = {"int8": 7, "int16": 15, "uint16": 16, "int32": 31, "uint32": 32, "int64": 63}
 
 
+def fetch_v4_answer(high_watermark: int, records: bytes) -> dict[str, Any]:
+    """A Fetch v4 response body: partition 0 of topic ``t``, all of it stable."""
+    return {
+        "ThrottleTimeMs": 0,
+        "Responses": [
+            {
+                "Topic": "t",
+                "Partitions": [
+                    {
+                        "PartitionIndex": 0,
+                        "ErrorCode": 0,
+                        "HighWatermark": high_watermark,
+                        "LastStableOffset": high_watermark,
+                        "AbortedTransactions": None,
+                        "Records": records,
+                    }
+                ],
+            }
+        ],
+    }
+
+
 def _value(rng: random.Random, f: Field, kind: str, depth: int) -> Any:
     if kind == "struct":
         assert f.children is not None
@@ -158,24 +180,7 @@ def test_removed_versions_convert_up_and_down() -> None:
             == 41
         )
     # A Fetch v4 answer down to v0: no throttle time, no LastStableOffset.
-    v4 = {
-        "ThrottleTimeMs": 0,
-        "Responses": [
-            {
-                "Topic": "t",
-                "Partitions": [
-                    {
-                        "PartitionIndex": 0,
-                        "ErrorCode": 0,
-                        "HighWatermark": 9,
-                        "LastStableOffset": 9,
-                        "AbortedTransactions": None,
-                        "Records": b"\x01\x02",
-                    }
-                ],
-            }
-        ],
-    }
+    v4 = fetch_v4_answer(9, b"\x01\x02")
     down = convert("FetchResponse", 4, 0, encode("FetchResponse", 4, v4))
     assert down == encode("FetchResponse", 0, v4) and len(down) == 4 + 3 + 4 + 4 + 2 + 8 + 4 + 2
 

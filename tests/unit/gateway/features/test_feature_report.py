@@ -33,7 +33,9 @@ from tests.harness import encode
 
 CATALOGUE = ("group.version", "transaction.version", "share.version")
 
-# What Kafka 4.4 reports after a default format (levels seen on a real broker).
+# A Kafka 4.4 report (levels seen on a real broker) with share.version supported but not
+# finalized, on purpose: the gating tests below rest on that. test_adoption's KAFKA_44 is a
+# freshly formatted 4.4's, which finalizes share.version 2: not the same report.
 KAFKA_44 = FeatureReport(
     supported={
         "metadata.version": (7, 33),

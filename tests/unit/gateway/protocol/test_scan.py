@@ -57,6 +57,18 @@ def _entries(entries: list[Any]) -> list[tuple[int, ...]]:
     ]
 
 
+def _both_scan(stream: bytes) -> list[tuple[int, list[tuple[int, ...]]]]:
+    """What the compiled scanner and its twin each take of the whole ``stream``: how far
+    they read, and their entries."""
+    sides = []
+    for module, table in zip((compiled, _scan_py), _tables(), strict=True):
+        entries: list[Any] = []
+        counts = module.Counts()  # type: ignore[union-attr]
+        taken = module.scan_requests(stream, 0, len(stream), table, entries, counts, MAX)  # type: ignore[union-attr]
+        sides.append((taken, _entries(entries)))
+    return sides
+
+
 def _folded(counts: Any) -> tuple[object, ...]:
     stats = ApiStats()
     counts.fold(stats)
@@ -130,12 +142,7 @@ def test_acks_of_produce_v0_to_2_are_read_alike(version: int) -> None:
         return frame(header + struct.pack(">hii", acks, 1500, 0))  # no topics
 
     stream = b"".join(old_produce(i, i % 2) for i in (1, 3, 4))
-    sides = []
-    for module, table in zip((compiled, _scan_py), _tables(), strict=True):
-        entries: list[Any] = []
-        counts = module.Counts()  # type: ignore[union-attr]
-        taken = module.scan_requests(stream, 0, len(stream), table, entries, counts, MAX)  # type: ignore[union-attr]
-        sides.append((taken, _entries(entries)))
+    sides = _both_scan(stream)
     assert sides[0] == sides[1]
     assert [entry[2] for entry in sides[0][1]] == [1, 3]  # the acks=0 one stops the scan
 
@@ -147,10 +154,5 @@ def test_acks_past_a_long_transactional_id_are_read_alike(version: int) -> None:
     stream = b"".join(
         produce(version, i, acks=i % 2, transactional_id="t" * 600).frame for i in (1, 3, 4)
     )
-    sides = []
-    for module, table in zip((compiled, _scan_py), _tables(), strict=True):
-        entries: list[Any] = []
-        counts = module.Counts()  # type: ignore[union-attr]
-        taken = module.scan_requests(stream, 0, len(stream), table, entries, counts, MAX)  # type: ignore[union-attr]
-        sides.append((taken, _entries(entries)))
+    sides = _both_scan(stream)
     assert sides[0] == sides[1] and len(sides[0][1]) == 2
