@@ -23,10 +23,10 @@ the repository root, twice (the second run changes nothing and exits 0).
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess, ZooKeeperProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.consumers import ContinuousConsumer
+from tests.harness.featurectl_collect import featurectl_collect, rounds
 from tests.harness.featurectl_plan import featurectl_plan
 from tests.integration.conftest import CHROOT
 from tests.integration.test_client_identities import (
@@ -49,7 +50,7 @@ from tests.integration.test_client_identities import (
 )
 from tests.integration.test_clients import AIOKafkaDriver, KafkaPythonDriver
 from tests.integration.test_features import finalize, start_gateway, wait_for
-from tests.integration.test_plan_e2e import env, start_collect
+from tests.integration.test_plan_e2e import env
 from tests.integration.test_upgrade_in_place import ContinuousProducer, create_topic
 
 pytestmark = pytest.mark.slow
@@ -150,7 +151,10 @@ def test_collect_plan_apply_and_every_client_as_the_plan_said(
     create_topic(gw.bootstrap, side_topic)
 
     metrics = tmp_path / "metrics"
-    collect = start_collect(zookeeper, metrics, "--interval", "1")
+    # Collect runs until the plan's window is closed: SIGTERM, and it must exit 0.
+    collecting = ExitStack()
+    collecting.enter_context(featurectl_collect(zookeeper.connect_string, CHROOT, metrics,
+                                                "--interval", "1"))  # fmt: skip
     producer = consumer = None
     try:
         wait_for(lambda: list((metrics / STATE).glob("*.json")), 30, "the first round")
@@ -160,11 +164,9 @@ def test_collect_plan_apply_and_every_client_as_the_plan_said(
         produce_pinned_0_10(gw.bootstrap, side_topic, seconds=4)  # refused: broken now
         assert round_trip(KafkaPythonDriver(), gw.bootstrap, side_topic, "kp-before")
         assert round_trip(AIOKafkaDriver(), gw.bootstrap, side_topic, "aio-before")
-        rounds = len(list((metrics / STATE).glob("*.json")))
-        wait_for(lambda: len(list((metrics / STATE).glob("*.json"))) >= rounds + 3, 30, "rounds")
-        collect.send_signal(signal.SIGTERM)
-        _, err = collect.communicate(timeout=60)
-        assert collect.returncode == 0, err
+        done = rounds(metrics)
+        wait_for(lambda: rounds(metrics) >= done + 3, 30, "rounds")
+        collecting.close()
 
         plan = run_plan(zookeeper, metrics, catalogue, tmp_path / "plan")
 
@@ -229,9 +231,7 @@ def test_collect_plan_apply_and_every_client_as_the_plan_said(
         producer.stop()
         delivered = sorted(v for _, v in producer.acked)
     finally:
-        if collect.poll() is None:
-            collect.kill()
-            collect.wait()
+        collecting.close()  # a no-op once closed above
         if consumer is not None:
             consumer.stop()
     assert producer is not None and consumer is not None
