@@ -145,12 +145,18 @@ PRODUCE_KEY, FETCH_KEY = 0, 1
 KIP_896_FETCH_MIN, KIP_896_PRODUCE_MIN = 4, 3
 
 
+def removed_kip896(upstream: Mapping[int, VersionRange]) -> bool:
+    """Whether the upstream removed the versions KIP-896 names (Kafka 4.x: Fetch from v4)."""
+    fetch = upstream.get(FETCH_KEY)
+    return fetch is not None and fetch[0] >= KIP_896_FETCH_MIN
+
+
 def refused_below(upstream: Mapping[int, VersionRange]) -> dict[int, int]:
     """API key -> the lowest version the upstream accepts, where it advertises lower
     ones it refuses (Kafka 4.x's Produce). The gateway advertises what the broker does
     and refuses the rest itself, so the refusal is counted and attributed."""
-    produce, fetch = upstream.get(PRODUCE_KEY), upstream.get(FETCH_KEY)
-    if produce and fetch and fetch[0] >= KIP_896_FETCH_MIN and produce[0] < KIP_896_PRODUCE_MIN:
+    produce = upstream.get(PRODUCE_KEY)
+    if produce and produce[0] < KIP_896_PRODUCE_MIN and removed_kip896(upstream):
         return {PRODUCE_KEY: KIP_896_PRODUCE_MIN}
     return {}
 

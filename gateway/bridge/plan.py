@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..protocol import FETCH, PRODUCE, api_name
-from ..versions import VersionRange
+from ..versions import VersionRange, removed_kip896
 from . import messages
 
 LIST_OFFSETS = 2
@@ -72,14 +72,6 @@ def removed() -> dict[int, VersionRange]:
     return out
 
 
-def applies_kip896(upstream: dict[int, VersionRange]) -> bool:
-    """Whether this upstream removed the KIP-896 versions (Fetch v0-3 no longer offered:
-    the test ``versions.refused_below`` makes too, by which the gateway holds Produce
-    v0-2 back from a 4.x broker's pass-through, so they reach ``hook.carry``)."""
-    fetch = upstream.get(FETCH)
-    return fetch is not None and fetch[0] > removed()[FETCH][1]
-
-
 # The last upstream asked about and its answer: every connection to one upstream shares
 # its ranges dict (``Negotiated``), so a held-back request costs one identity check.
 _last: tuple[dict[int, VersionRange], dict[int, Bridged]] | None = None
@@ -100,7 +92,7 @@ def plans(upstream: dict[int, VersionRange]) -> dict[int, Bridged]:
 @cache
 def _plans(upstream: tuple[tuple[int, VersionRange], ...]) -> dict[int, Bridged]:
     ranges = dict(upstream)
-    if not applies_kip896(ranges):
+    if not removed_kip896(ranges):
         return {}
     out: dict[int, Bridged] = {}
     for key, (low, high) in removed().items():

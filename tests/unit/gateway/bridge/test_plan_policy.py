@@ -6,7 +6,7 @@ import pytest
 
 from gateway.bridge import plan, policy
 from gateway.bridge.plan import Bridged
-from gateway.versions import release_tracks
+from gateway.versions import release_tracks, removed_kip896
 
 # What Kafka 4.4 (KRaft) and 3.9 advertise, from the release tables.
 KAFKA_44 = dict(release_tracks()["kraft"][-1].versions)
@@ -27,7 +27,7 @@ def test_the_removed_versions_are_read_from_the_specs() -> None:
 
 
 def test_kafka_4_4_gets_each_removed_version_converted_to_its_lowest() -> None:
-    assert plan.applies_kip896(KAFKA_44)
+    assert removed_kip896(KAFKA_44)
     plans = plan.plans(KAFKA_44)
     assert plans[0] == Bridged(0, 3)  # advertised 0-13, but v0-2 close the connection
     assert plans[1] == Bridged(0, 4)
@@ -37,7 +37,7 @@ def test_kafka_4_4_gets_each_removed_version_converted_to_its_lowest() -> None:
 
 
 def test_kafka_3_9_is_left_alone() -> None:
-    assert not plan.applies_kip896(KAFKA_39)
+    assert not removed_kip896(KAFKA_39)
     assert plan.plans(KAFKA_39) == {}
     assert plan.widen(KAFKA_39, KAFKA_39) is KAFKA_39
 
