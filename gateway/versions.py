@@ -45,7 +45,7 @@ from typing import NamedTuple
 from .features.report import NO_FEATURES, FeatureReport
 from .interceptors._codec import decode_response
 from .interceptors._tagged import strip_unknown_tags
-from .protocol import API_VERSIONS, api_range, known_api_keys
+from .protocol import API_VERSIONS, FETCH, PRODUCE, api_range, known_api_keys
 
 VersionRange = tuple[int, int]
 """Inclusive (min_version, max_version) of one API key."""
@@ -141,13 +141,12 @@ def negotiate(
 # lacks Produce v0) and closes the connection on a Produce v0-2 request (seen with 4.1.1
 # and 4.4.0; Kafka 4.x's ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION). Its Fetch
 # minimum of 4 tells such a broker from a 3.x one, which takes both.
-PRODUCE_KEY, FETCH_KEY = 0, 1
 KIP_896_FETCH_MIN, KIP_896_PRODUCE_MIN = 4, 3
 
 
 def removed_kip896(upstream: Mapping[int, VersionRange]) -> bool:
     """Whether the upstream removed the versions KIP-896 names (Kafka 4.x: Fetch from v4)."""
-    fetch = upstream.get(FETCH_KEY)
+    fetch = upstream.get(FETCH)
     return fetch is not None and fetch[0] >= KIP_896_FETCH_MIN
 
 
@@ -155,9 +154,9 @@ def refused_below(upstream: Mapping[int, VersionRange]) -> dict[int, int]:
     """API key -> the lowest version the upstream accepts, where it advertises lower
     ones it refuses (Kafka 4.x's Produce). The gateway advertises what the broker does
     and refuses the rest itself, so the refusal is counted and attributed."""
-    produce = upstream.get(PRODUCE_KEY)
+    produce = upstream.get(PRODUCE)
     if produce and produce[0] < KIP_896_PRODUCE_MIN and removed_kip896(upstream):
-        return {PRODUCE_KEY: KIP_896_PRODUCE_MIN}
+        return {PRODUCE: KIP_896_PRODUCE_MIN}
     return {}
 
 
