@@ -290,21 +290,22 @@ def test_html_report_is_one_file_whose_charts_render_in_chromium(tmp_path: Path)
     sections = {s["id"]: s for s in probed["sections"]}
     assert sections["broken-now"]["title"] == "Broken now"
     (broken,) = sections["broken-now"]["rows"]
-    assert broken[:6] == [
+    assert broken[:7] == [
         "kafka-python 2.0.2",
         "legacy-producer",
         "10.0.0.7",
+        "-",  # principals: this client authenticated as nobody
         "Produce",
         "2",
         "unsupported_version",
     ]
     assert "upgrade the library or unpin" in broken[-1]
     (wants,) = sections["wanting"]["rows"]
-    assert wants[0] == "apache-kafka-streams 4.1.0" and wants[7] == "streams.version=1"
+    assert wants[0] == "apache-kafka-streams 4.1.0" and wants[8] == "streams.version=1"
     by_client = sections["api-versions-by-client"]
     assert by_client["title"] == "API versions by client"
     assert {r[0] for r in by_client["rows"]} == {"librdkafka 2.6.1"}
-    assert "ConsumerGroupHeartbeat 0*" in by_client["rows"][0][3]
+    assert "ConsumerGroupHeartbeat 0*" in by_client["rows"][0][4]
     for chart in charts:
         assert chart["complete"] and chart["width"] > 300 and chart["height"] > 200, chart
 
