@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.codec import has_lz4, has_snappy
 
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess
@@ -103,13 +102,7 @@ def _metrics(gw: GatewayProcess) -> str:
 
 @pytest.mark.parametrize(
     "compression",
-    [
-        None,
-        "gzip",
-        # kafka-python leaves these codecs' libraries optional: tested where installed.
-        pytest.param("snappy", marks=pytest.mark.skipif(not has_snappy(), reason="no snappy")),
-        pytest.param("lz4", marks=pytest.mark.skipif(not has_lz4(), reason="no lz4")),
-    ],
+    [None, "gzip", "snappy", "lz4"],
 )
 @pytest.mark.parametrize("api_version", [(0, 10), (0, 9)], ids=["0.10", "0.9"])
 def test_old_kafka_python_is_carried_across_kafka_4(
