@@ -26,7 +26,8 @@ from gateway.wire import (
     metadata_version,
 )
 
-from .kafka import ClientConfig, KafkaClient, KafkaClientError
+from .client_config import ClientConfig
+from .kafka import KafkaClient, KafkaClientError
 
 
 @dataclass(frozen=True)

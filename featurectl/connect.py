@@ -33,14 +33,9 @@ from gateway.features.store import (
 )
 from gateway.features.znode import ZNodeError
 
+from .client_config import ClientConfig, CommandConfigError, load_command_config
 from .exits import EXIT_REJECTED, EXIT_USAGE, CliError
-from .kafka import (
-    ClientConfig,
-    CommandConfigError,
-    KafkaClient,
-    KafkaClientError,
-    load_command_config,
-)
+from .kafka import KafkaClient, KafkaClientError
 from .options import ZOOKEEPER_AUTH_ENV
 
 

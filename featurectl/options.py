@@ -15,8 +15,8 @@ from collections.abc import Collection, Iterable
 
 from gateway.features.store import DEFAULT_CHROOT, ZOOKEEPER_ENV
 
+from .client_config import SUPPORTED_KEYS
 from .exits import EXIT_USAGE, CliError
-from .kafka import SUPPORTED_KEYS
 
 ZOOKEEPER_AUTH_ENV = "KAFKA_GATEWAY_ZOOKEEPER_AUTH"
 ZOOKEEPER_SASL_ENV = "KAFKA_GATEWAY_ZOOKEEPER_SASL"

@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 
 from featurectl import cli
-from featurectl.features import Outcome, answered_plan, feature_updates, outcome_lines
-from featurectl.kafka import (
+from featurectl.client_config import (
     ClientConfig,
     CommandConfigError,
-    KafkaClientError,
-    ScramClient,
     client_config,
     load_command_config,
     parse_jaas,
     read_properties,
 )
+from featurectl.features import Outcome, answered_plan, feature_updates, outcome_lines
+from featurectl.kafka import KafkaClientError, ScramClient
 from featurectl.releases import release_table, release_updates
 from gateway.features.validation import UpdateResult
 from gateway.features.znode import Finalized
