@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SETTINGS, Declared
-from gateway.config._describe import choices, default_text, default_value, toml_value
+from gateway.config.describe import choices, default_text, default_value, toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path("docs/configuration.md")

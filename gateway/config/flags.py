@@ -12,7 +12,7 @@ import argparse
 from typing import Any, get_origin
 
 from ._declare import ConfigError, HostPort, unwrap
-from ._describe import choices, default_text
+from .describe import choices, default_text
 from ._schema import SETTINGS, Declared
 
 

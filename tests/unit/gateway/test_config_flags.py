@@ -11,7 +11,7 @@ import pytest
 from gateway.cli import build_parser
 from gateway.config import SETTINGS, Config, load_config
 from gateway.config._declare import convert, unwrap
-from gateway.config._describe import choices, default_text
+from gateway.config.describe import choices, default_text
 from gateway.config.flags import flag_dest, overrides
 
 FLAGGED = sorted(key for key, d in SETTINGS.items() if d.setting.flag)

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.config import SETTINGS, Config, load_config
 from gateway.config._declare import convert
-from gateway.config._describe import default_value
+from gateway.config.describe import default_value
 from scripts import config_docs
 from scripts.config_docs import BEGIN, END, EXAMPLE, EXAMPLE_SETS, REFERENCE, key_lines
 
