@@ -12,8 +12,8 @@ import argparse
 from typing import Any, get_origin
 
 from ._declare import ConfigError, HostPort, unwrap
-from .describe import choices, default_text
 from ._schema import SETTINGS, Declared
+from .describe import choices, default_text
 
 
 def flag_dest(flag: str) -> str:
