@@ -10,7 +10,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .commands import exit_on_closed_stdout, pasteable, shell_command, version_text
-from .config import SETTINGS, Config, ConfigError, HostPort, load_config
+from .config import Config, ConfigError, HostPort, load_config
+from .config.flags import add_flags, overrides
 from .observability.logging import RateLimitedLogger, configure_logging, get_logger
 
 if TYPE_CHECKING:  # imported when run: --help stays quick
@@ -64,199 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=version_text("kafka-gateway"))
     p.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="where clients connect [127.0.0.1:9092]")
-    p.add_argument(
-        "--upstream",
-        metavar="HOST:PORT",
-        help="the broker (sidecar) or a bootstrap broker (cluster); omit to start "
-        "a local ZooKeeper and broker",
-    )
-    p.add_argument(
-        "--advertised-host",
-        metavar="HOST",
-        help="host name clients are told to use for this gateway [listen host]",
-    )
-    p.add_argument("--mode", choices=["sidecar", "cluster"], help="routing mode [sidecar]")
-    p.add_argument(
-        "--zookeeper",
-        metavar="CONNECT",
-        help="ZooKeeper connect string for finalized features (host:port[,...])",
-    )
-    p.add_argument(
-        "--zookeeper-chroot",
-        metavar="PATH",
-        help="ZooKeeper path holding feature and gateways/ids [/kafka-gateway]",
-    )
-    p.add_argument(
-        "--adopt-broker-features",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="with nothing finalized in ZooKeeper yet, take the levels the brokers "
-        "finalized, once [on]",
-    )
-    p.add_argument(
-        "--gateway-id",
-        metavar="ID",
-        help="this gateway's registration id in ZooKeeper [advertised host:port]",
-    )
-    p.add_argument(
-        "--features-catalogue",
-        metavar="FILE",
-        help="feature catalogue TOML: which API versions each feature level enables "
-        "[built-in, Kafka 4.x defaults; see conf/features.toml]",
-    )
-    p.add_argument(
-        "--metrics-listen",
-        metavar="HOST:PORT",
-        help="serve /metrics (Prometheus), /healthz, /readyz and /connections here",
-    )
-    p.add_argument(
-        "--max-frame-bytes",
-        type=int,
-        metavar="N",
-        help="close connections that send larger frames [104857600, like Kafka]",
-    )
-    p.add_argument(
-        "--log-format",
-        choices=["auto", "json", "console"],
-        help="log rendering [auto: console on a TTY, else JSON]",
-    )
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument(
-        "--workers",
-        type=int,
-        metavar="N",
-        help="worker processes, each serving every listener (SO_REUSEPORT); 1 runs a "
-        "single process [the CPUs this process may use: its affinity, capped by a "
-        "cgroup CPU quota]",
-    )
-    tls = p.add_argument_group("TLS ([tls] and [upstream_tls] in the config file)")
-    tls.add_argument("--tls-cert", metavar="PEM", help="serve clients TLS with this certificate")
-    tls.add_argument("--tls-key", metavar="PEM", help="its private key [in --tls-cert]")
-    tls.add_argument("--tls-ca", metavar="PEM", help="CA that signs client certificates")
-    tls.add_argument(
-        "--tls-client-auth",
-        choices=["none", "requested", "required"],
-        help="client certificates: none, requested (verified when sent) or required [none]",
-    )
-    tls.add_argument(
-        "--upstream-tls",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="connect to the broker with TLS [off]",
-    )
-    tls.add_argument("--upstream-tls-ca", metavar="PEM", help="CA of the broker [system CAs]")
-    tls.add_argument("--upstream-tls-cert", metavar="PEM", help="client certificate (mTLS)")
-    tls.add_argument("--upstream-tls-key", metavar="PEM", help="its private key")
-    tls.add_argument(
-        "--upstream-tls-server-hostname",
-        metavar="NAME",
-        help="SNI and the name the broker certificate must hold [upstream host]",
-    )
-    tls.add_argument(
-        "--upstream-tls-check-hostname",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="compare the broker certificate's name (the chain is always verified) [on]",
-    )
-    edge = p.add_argument_group(
-        "advertised addresses, SNI and API keys ([sni] and [cluster] in the config file)"
-    )
-    edge.add_argument(
-        "--advertised-port",
-        metavar="PORT",
-        type=int,
-        help="port clients are told for --listen (a load balancer or NodePort) [its port]",
-    )
-    edge.add_argument(
-        "--advertise-broker",
-        metavar="NODE=HOST:PORT",
-        action="append",
-        help="cluster: tell clients this address for a broker (repeat per broker)",
-    )
-    edge.add_argument(
-        "--broker-upstream",
-        metavar="NODE=HOST:PORT",
-        action="append",
-        help="cluster: dial a broker here, not at its advertised address (repeatable)",
-    )
-    edge.add_argument(
-        "--sni-broker-host",
-        metavar="PATTERN",
-        help="cluster + TLS: every broker on --listen, named PATTERN with {node_id} "
-        "(e.g. broker-{node_id}.kafka.example), routed by the TLS server name",
-    )
-    edge.add_argument(
-        "--sni-bootstrap-host",
-        metavar="NAME",
-        help="the server name that reaches the bootstrap upstream [--advertised-host]",
-    )
-    edge.add_argument(
-        "--unknown-api-keys",
-        choices=["close", "forward"],
-        help="requests with an API key the gateway does not know: close the connection, "
-        "as Kafka does, or forward them untouched (vendor keys) [close]",
-    )
-    p.add_argument(
-        "--upgrade-socket",
-        metavar="PATH",
-        help="upgrade in place: a running gateway listens on this Unix socket; one "
-        "started with the same path takes over its listening sockets, and the old one "
-        "drains and exits 0 (docs/upgrade-in-place.md) [off]",
-    )
-    p.add_argument(
-        "--embedded-broker",
-        choices=["tansu", "kafka"],
-        help="without --upstream: the local broker to start, Tansu (light) or Apache Kafka "
-        "4.x in KRaft mode (fetched with Maven on first use) [tansu]",
-    )
-    _add_limit_flags(p)
+    # Every other option is a key's flag, as gateway/config/ declares it.
+    add_flags(p)
     return p
-
-
-def flag_dest(flag: str) -> str:
-    """The attribute argparse stores ``flag`` under."""
-    return flag.removeprefix("--").replace("-", "_")
-
-
-def _node_table(flag: str, values: list[str] | None) -> dict[str, str] | None:
-    """Repeated NODE=HOST:PORT flags as the config file's table (validated there)."""
-    if values is None:
-        return None
-    table = {}
-    for value in values:
-        node, sep, address = value.partition("=")
-        if not sep:
-            raise ConfigError(flag, f"expected NODE=HOST:PORT, got {value!r}")
-        table[node] = address
-    return table
-
-
-# Connection limits: Kafka's names; defaults and checks in gateway/config/limits.py.
-_LIMIT_FLAGS = {
-    "connections_max_idle_ms": "close connections idle this long [600000, like Kafka]",
-    "max_connections": "close new connections over this total [unlimited, like Kafka]",
-    "max_connections_per_ip": "close new connections over this count per client IP [unlimited]",
-    "max_connection_creation_rate": "hold new connections over this many per second until "
-    "the rate allows; close those that would wait past the first-request deadline [unlimited]",
-    "connection_first_request_timeout_ms": "close connections that send no complete "
-    "request within this long [10000]",
-    "queued_max_request_bytes": "stop reading connections holding partial requests or "
-    "undelivered responses while the gateway buffers more than this [268435456; -1: no limit]",
-    "max_client_software_labels": "distinct KIP-511 client software name/version pairs "
-    'labelled in metrics; more are labelled "other" [1000]',
-}
-
-
-def _add_limit_flags(p: argparse.ArgumentParser) -> None:
-    limits = p.add_argument_group("connection limits (top level of the config file)")
-    for key, text in _LIMIT_FLAGS.items():
-        limits.add_argument("--" + key.replace("_", "-"), type=int, metavar="N", help=text)
-    limits.add_argument(
-        "--max-connections-per-ip-overrides",
-        metavar="HOST:N,...",
-        help="per-IP caps for some addresses, e.g. 127.0.0.1:100 [none]",
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,17 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
     except BrokenPipeError as error:
         return exit_on_closed_stdout(error)
-    # Every key declared with a flag; argparse's None is "not given" (the file's or the
-    # default value stands).
-    overrides = {
-        key: getattr(args, flag_dest(declared.setting.flag))
-        for key, declared in SETTINGS.items()
-        if declared.setting.flag is not None
-    }
     try:
-        overrides["advertised_brokers"] = _node_table("--advertise-broker", args.advertise_broker)
-        overrides["broker_upstreams"] = _node_table("--broker-upstream", args.broker_upstream)
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides(args))
     except ConfigError as exc:
         print(f"kafka-gateway: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,10 @@ grouped by concept as the TOML file's tables are: ``addresses`` (listeners, [sid
 names), ``processes`` and ``observability`` ([log], metrics, health). A declaration
 states the key's type, default, TOML table, flag and why; reading a value follows from
 its type (``_declare``), and ``load_config`` gathers file and flags and validates once,
-raising ``ConfigError`` with the offending key and the reason. The environment variables
+raising ``ConfigError`` with the offending key and the reason. ``flags`` makes the
+command-line options from the declarations, and ``describe`` says a key's default and
+choices in words (for the flags' help and for scripts/config-docs, which writes
+docs/configuration.md's reference and conf/gateway.toml). The environment variables
 an operator sets are read in ``environment`` (the defaults of the keys that follow one,
 and functions for code that runs without a Config). Nothing else in the gateway reads
 files, flags or the environment for settings.

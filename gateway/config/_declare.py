@@ -49,6 +49,15 @@ class Setting:
     # The environment variable an operator expects to set it (the default reads it).
     env: str | None = None
     check: Check | None = None
+    # What the default is, in words, where its value does not say it: None ("the
+    # advertised host"), one computed when Config is made, or a number with a meaning.
+    default_means: str | None = None
+    # A value to show in conf/gateway.toml where the default has none to show (None, {}).
+    example: Any = None
+    # The flag's value in --help (FILE, PEM); by default named from the type.
+    metavar: str | None = None
+    # The page (and section) of docs/ that says more: "operations.md#live-reload-sighup".
+    see: str | None = None
 
     def toml(self, key: str) -> str:
         """Where the TOML file sets ``key``: "key" or "table.name"."""
@@ -65,13 +74,19 @@ def setting(
     env: str | None = None,
     check: Check | None = None,
     factory: Callable[[], Any] | None = None,
+    default_means: str | None = None,
+    example: Any = None,
+    metavar: str | None = None,
+    see: str | None = None,
 ) -> Any:
     """A Config field: ``default`` (or ``factory`` for one computed when Config is made),
     and how it is set. In ``table`` the name defaults to the key less the table's name:
     ``tls_cert`` is ``[tls] cert``, and ``enabled`` names the key named like the table."""
     if table is not None and name is None:
         raise TypeError("a setting in a table names its key there")
-    meta = {"setting": Setting(why, table, name, flag, env, check)}
+    meta = {
+        "setting": Setting(why, table, name, flag, env, check, default_means, example, metavar, see)
+    }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -92,6 +107,8 @@ class Shape:
     item_parse: Callable[[str], object] | None = None
     # Addresses: the host of a bare "PORT".
     default_host: str | None = None
+    # Literals: a value in any case is one of the choices ("DEBUG" is debug).
+    any_case: bool = False
 
 
 Seconds = Annotated[float, Shape("a number of seconds")]
@@ -99,15 +116,22 @@ Fraction = Annotated[float, Shape("a fraction between 0 and 1", within=(0, 1))]
 Port = Annotated[int, Shape("a port 1-65535", within=(1, 65535))]
 
 
-def convert(key: str, hint: Any, value: Any) -> Any:
-    """``value`` (from TOML or a flag) as the declared type ``hint``, or ConfigError."""
+def unwrap(hint: Any) -> tuple[Any, Shape]:
+    """The type a value is read as (``X | None`` less the None: TOML has no null), and
+    its ``Shape``."""
     shape = Shape()
     if get_origin(hint) is Annotated:
         hint, shape = get_args(hint)[0], get_args(hint)[1]
-    if get_origin(hint) in (Union, types.UnionType):  # X | None: TOML has no null
+    if get_origin(hint) in (Union, types.UnionType):
         hint = next(arg for arg in get_args(hint) if arg is not type(None))
         if get_origin(hint) is Annotated:
             hint, shape = get_args(hint)[0], get_args(hint)[1]
+    return hint, shape
+
+
+def convert(key: str, hint: Any, value: Any) -> Any:
+    """``value`` (from TOML or a flag) as the declared type ``hint``, or ConfigError."""
+    hint, shape = unwrap(hint)
     expected = shape.expected
     if hint is bool:
         if not isinstance(value, bool):
@@ -130,7 +154,7 @@ def convert(key: str, hint: Any, value: Any) -> Any:
         choices = get_args(hint)
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
-        if value not in choices:
+        if (value.lower() if shape.any_case else value) not in choices:
             listed = expected or f"{', '.join(choices[:-1])} or {choices[-1]}"
             raise ConfigError(key, f"must be {listed}, got {value!r}")
         return value

@@ -31,6 +31,7 @@ class Addresses:
     listen: Listener = setting(
         HostPort("127.0.0.1", 9092),
         flag="--listen",
+        example="0.0.0.0:9092",
         why="where clients connect; in cluster mode the bootstrap listener",
     )
     mode: Mode = setting(
@@ -39,52 +40,71 @@ class Addresses:
         why="sidecar: one upstream broker; cluster: one listener per broker of a cluster",
     )
     advertised_host: str | None = setting(
-        None, flag="--advertised-host", why="the host clients are told to use for this gateway"
+        None,
+        flag="--advertised-host",
+        metavar="HOST",
+        default_means="the listen host (with [sni]: its bootstrap_host)",
+        example="kafka-0.gateway.example",
+        why="the host clients are told to use for this gateway (in Metadata, "
+        "FindCoordinator, DescribeCluster and KIP-951 node endpoints); required when "
+        "listen binds every interface",
     )
     advertised_port: Port | None = setting(
         None,
         flag="--advertised-port",
+        metavar="PORT",
+        default_means="the port the gateway listens on",
+        example=443,
         why="the port clients are told for listen, when a load balancer or NodePort "
-        "forwards it to the gateway; None: the port the gateway listens on",
+        "forwards it to the gateway",
     )
     node_id: int | None = setting(
         None,
         table="sidecar",
         name="node_id",
         check=_node_id,
-        why="sidecar: the broker this gateway stands beside; None: any broker not in peers",
+        default_means="any broker not in peers (fine for a single broker)",
+        example=0,
+        why="sidecar: the node id of the broker this gateway stands beside",
     )
     peers: dict[int, HostPort] = setting(
         factory=dict,
         table="sidecar",
         name="peers",
-        why="sidecar: where the gateways of the other brokers are reached, by node id",
+        example={1: "kafka-1.gateway.example:9092", 2: "kafka-2.gateway.example:9092"},
+        why='sidecar: where the gateways of the other brokers are reached, node id = "host:port"',
     )
     port_base: int | None = setting(
         None,
         table="cluster",
         name="port_base",
-        why="cluster: broker N gets a listener on port_base + N (None: the listen port + 1)",
+        default_means="the listen port + 1",
+        example=19092,
+        why="cluster: broker N gets a listener on port_base + N",
     )
     ports: dict[int, Port] = setting(
         factory=dict,
         table="cluster",
         name="ports",
-        why="cluster: the listener port of a broker, by node id, in place of port_base + N",
+        example={0: 19092},
+        why="cluster: the listener port of a broker, node id = port, in place of port_base + N",
     )
     advertised_brokers: dict[int, HostPort] = setting(
         factory=dict,
         table="cluster",
         name="advertised_brokers",
         flag="--advertise-broker",
-        why="cluster: per node id, the address clients are told for that broker, in place "
-        "of advertised_host and its listener port (or its SNI name and the shared port)",
+        example={0: "lb.example:31000"},
+        why="cluster: per node id, the address clients are told for that broker (a load "
+        "balancer or NodePort in front of it), in place of advertised_host and its "
+        "listener port (or its SNI name and the shared port)",
     )
     broker_upstreams: dict[int, HostPort] = setting(
         factory=dict,
         table="cluster",
         name="broker_upstreams",
         flag="--broker-upstream",
+        example={0: "10.0.0.10:9092"},
         why="cluster: per node id, where the gateway dials that broker, for brokers whose "
         "advertised address the gateway cannot reach",
     )
@@ -93,15 +113,23 @@ class Addresses:
         table="sni",
         name="broker_host",
         flag="--sni-broker-host",
-        why='a pattern with "{node_id}": every broker is served on the one TLS listen '
-        "port and routed by the TLS server name",
+        metavar="PATTERN",
+        default_means="off (a listener per broker)",
+        example="broker-{node_id}.kafka.example.com",
+        see="tls-sasl-sni.md#one-tls-port-for-a-whole-cluster-sni",
+        why='cluster + TLS: a broker name pattern with "{node_id}"; every broker is '
+        "served on the one TLS listen port and routed by the TLS server name (SNI); other "
+        "names, or none, are refused in the handshake",
     )
     sni_bootstrap_host: str | None = setting(
         None,
         table="sni",
         name="bootstrap_host",
         flag="--sni-bootstrap-host",
-        why="with [sni]: the server name that reaches the upstream (None: the advertised host)",
+        metavar="NAME",
+        default_means="the advertised host",
+        example="bootstrap.kafka.example.com",
+        why="with [sni]: the server name that reaches the upstream",
     )
 
     @property

@@ -35,6 +35,7 @@ class Bridge:
 
     bridge_old_clients: bool = setting(
         True,
+        see="protocol.md#the-version-bridge",
         why="carry requests at versions the upstream removed (Kafka 4.0, KIP-896) by "
         "converting them up and the answers down; off: they are refused as Kafka 4 does",
     )
@@ -42,6 +43,7 @@ class Bridge:
         (),
         table="bridge",
         name="policy",
+        example=("client_id=^legacy-billing -> refuse", "principal=User:batch -> bridge"),
         why="per-client exceptions, first match wins: 'client_id=REGEX software=NAME "
         "version=<2.0 principal=User:x -> bridge|refuse'",
     )
@@ -50,6 +52,8 @@ class Bridge:
         table="bridge",
         name="policy_file",
         check=_rules_file,
+        example="/etc/kafka-gateway/bridge-policy.txt",
+        see="operations.md#live-reload-sighup",
         why="more rules, one a line, read again on SIGHUP (a file that does not load keeps "
         "the rules before it); they come before [bridge] policy's",
     )

@@ -54,23 +54,32 @@ class Features:
     zookeeper: str | None = setting(
         None,
         flag="--zookeeper",
-        why="the ZooKeeper holding finalized feature levels; None turns feature gating off "
-        "(no versions withheld, nothing finalized); the embedded default starts one",
+        metavar="CONNECT",
+        default_means="feature gating off (no versions withheld, nothing finalized); the "
+        "embedded default starts one",
+        example="127.0.0.1:2181",
+        see="features.md",
+        why="the ZooKeeper connect string (host:port[,host:port...]) holding finalized "
+        "feature levels (KIP-584)",
     )
     zookeeper_chroot: str = setting(
         "/kafka-gateway",
         flag="--zookeeper-chroot",
+        metavar="PATH",
         check=_chroot,
         why="the ZooKeeper path holding feature and gateways/ids",
     )
     zookeeper_auth: str | None = setting(
         None,
         check=user_password,
+        example="gateway:secret",
         why='"user:password" for ZooKeeper digest auth (only when ACLs restrict reads)',
     )
     zookeeper_sasl: str | None = setting(
         None,
         check=user_password,
+        example="gateway:secret",
+        see="tls-sasl-sni.md#zookeeper-over-tls-with-sasl",
         why='"user:password" for SASL DIGEST-MD5 to ZooKeeper (the server\'s JAAS '
         "DigestLoginModule); zookeeper_auth is the other kind, digest ACL credentials",
     )
@@ -87,16 +96,23 @@ class Features:
         None,
         table="zookeeper_tls",
         name="ca",
-        why="the CA that signs ZooKeeper's certificate; None: the system's trusted CAs",
+        default_means="the system's trusted CAs",
+        example="/etc/kafka-gateway/tls/zk-ca.pem",
+        why="the CA that signs ZooKeeper's certificate",
     )
     zookeeper_tls_cert: str | None = setting(
         None,
         table="zookeeper_tls",
         name="cert",
+        example="/etc/kafka-gateway/tls/zk-client.pem",
         why="a client certificate for ZooKeeper (mutual TLS), with zookeeper_tls_key",
     )
     zookeeper_tls_key: str | None = setting(
-        None, table="zookeeper_tls", name="key", why="its private key"
+        None,
+        table="zookeeper_tls",
+        name="key",
+        example="/etc/kafka-gateway/tls/zk-client-key.pem",
+        why="its private key",
     )
     zookeeper_tls_check_hostname: bool = setting(
         True,
@@ -107,28 +123,35 @@ class Features:
     adopt_broker_features: bool = setting(
         True,
         flag="--adopt-broker-features",
+        see="features.md#a-fresh-fleet-adopts-the-brokers-levels",
         why="a fleet whose ZooKeeper holds no feature znode yet takes the levels its "
         "brokers finalized (once, audited); false: start with nothing finalized",
     )
     gateway_id: str | None = setting(
         None,
         flag="--gateway-id",
+        metavar="ID",
         check=_gateway_id,
-        why='this gateway\'s registration id under <chroot>/gateways/ids; None: "host:port" '
-        "of the advertised listener",
+        default_means='"host:port" of the advertised listener',
+        example="gateway-0",
+        why="this gateway's registration id under <chroot>/gateways/ids",
     )
     features_catalogue: str | None = setting(
         None,
         table="features",
         name="catalogue",
         flag="--features-catalogue",
+        metavar="FILE",
         check=_catalogue,
-        why="the feature catalogue (TOML); None: the built-in one (gateway/data/features.toml)",
+        default_means="the built-in one, gateway/data/features.toml (Kafka 4.x's levels)",
+        example="/etc/kafka-gateway/features.toml",
+        why="the feature catalogue (TOML): which API versions each feature level enables",
     )
     features_update_allowed_from: Cidrs = setting(
         (),
         table="features",
         name="update_allowed_from",
+        example=("10.0.0.0/8", "::1/128"),
         why="client networks whose UpdateFeatures the gateway executes; all others get "
         "CLUSTER_AUTHORIZATION_FAILED; empty: refuse everyone (use featurectl)",
     )
@@ -136,6 +159,7 @@ class Features:
         (),
         table="features",
         name="update_allowed_principals",
+        example=("User:ops",),
         why='principals ("User:...") allowed to send UpdateFeatures; with '
         "update_allowed_from as well, both must match",
     )

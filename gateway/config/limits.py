@@ -12,6 +12,7 @@ from ._declare import ConfigError, at_least, between, setting
 
 # Kafka's default for its connection caps and rate: Int.MaxValue, i.e. none.
 UNLIMITED = 2**31 - 1
+_NO_LIMIT = "no limit (Kafka's Int.MaxValue)"
 
 
 def parse_ip_overrides(text: str) -> dict[str, int]:
@@ -41,6 +42,7 @@ class Limits:
     max_frame_bytes: int = setting(
         DEFAULT_MAX_FRAME_BYTES,
         flag="--max-frame-bytes",
+        default_means="100 MiB (Kafka's)",
         # A frame can't be smaller than a header, and a size field is an int32.
         check=between(64, 2**31 - 1),
         why="larger frames close the connection, as Kafka's socket.request.max.bytes does",
@@ -48,17 +50,20 @@ class Limits:
     connections_max_idle_ms: int = setting(
         600000,
         flag="--connections-max-idle-ms",
+        see="operations.md#limit-connections",
         check=at_least(1),
         why="close a connection with no request in flight and no traffic for this long",
     )
     max_connections: int = setting(
         UNLIMITED,
+        default_means=_NO_LIMIT,
         flag="--max-connections",
         check=at_least(1),
         why="connections in total; over it a new connection is closed at once",
     )
     max_connections_per_ip: int = setting(
         UNLIMITED,
+        default_means=_NO_LIMIT,
         flag="--max-connections-per-ip",
         check=at_least(1),
         why="connections per client address; over it a new connection is closed at once",
@@ -66,11 +71,15 @@ class Limits:
     max_connections_per_ip_overrides: str = setting(
         "",
         flag="--max-connections-per-ip-overrides",
+        metavar="HOST:N,...",
         check=_overrides,
+        default_means="none",
+        example="127.0.0.1:1000,10.0.0.7:50",
         why='"host:count,host:count" exceptions to max_connections_per_ip, as Kafka writes them',
     )
     max_connection_creation_rate: int = setting(
         UNLIMITED,
+        default_means=_NO_LIMIT,
         flag="--max-connection-creation-rate",
         check=at_least(1),
         why="new connections a second, across all workers; over it a new connection is held "
@@ -91,6 +100,7 @@ class Limits:
     queued_max_request_bytes: int = setting(
         256 * 1024 * 1024,
         flag="--queued-max-request-bytes",
+        default_means="256 MiB (Kafka's: -1)",
         check=at_least(1, unless=-1),
         why="bytes buffered gateway-wide in partial requests and undelivered responses; "
         "over it, connections holding such bytes stop being read; -1: no limit",
@@ -108,6 +118,7 @@ class Limits:
     max_client_identities: int = setting(
         1000,
         check=at_least(1),
+        see="operations.md#who-connects-from-where-since-when-clients",
         why="client identities (software or client id) kept per worker for /clients, "
         "with their peers, first/last seen and versions; past it the least recently "
         "seen is dropped",

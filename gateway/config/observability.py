@@ -9,17 +9,13 @@ The top level and [log] of the TOML file.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from ._declare import ConfigError, Fraction, HostPort, Seconds, at_least, positive, setting
+from ._declare import ConfigError, Fraction, HostPort, Seconds, Shape, at_least, positive, setting
 
 LogFormat = Literal["auto", "json", "console"]
-
-
-def _level(key: str, value: str) -> None:
-    # Any case: the flag's choices are lower case, a file may say "DEBUG".
-    if value.lower() not in ("debug", "info", "warning", "error"):
-        raise ConfigError(key, f"must be debug, info, warning or error, got {value!r}")
+# Any case, kept as written: the flag's choices are lower case, a file may say "DEBUG".
+LogLevel = Annotated[Literal["debug", "info", "warning", "error"], Shape(any_case=True)]
 
 
 def _release(key: str, value: str | None) -> None:
@@ -47,8 +43,12 @@ class Observability:
         flag="--log-format",
         why="auto: console on a TTY, JSON otherwise",
     )
-    log_level: str = setting(
-        "info", table="log", name="level", flag="--log-level", check=_level, why="log level"
+    log_level: LogLevel = setting(
+        "info",
+        table="log",
+        name="level",
+        flag="--log-level",
+        why="the least severe level logged",
     )
     log_requests: Fraction = setting(
         0.0,
@@ -56,11 +56,10 @@ class Observability:
         name="requests",
         why="the fraction of requests logged when answered (0: off, 1: all)",
     )
-    log_request_level: str = setting(
+    log_request_level: LogLevel = setting(
         "info",
         table="log",
         name="request_level",
-        check=_level,
         why="the level of request-log lines",
     )
     log_bad_input_burst: int = setting(
@@ -80,12 +79,17 @@ class Observability:
     metrics_listen: HostPort | None = setting(
         None,
         flag="--metrics-listen",
+        default_means="off",
+        example="0.0.0.0:9404",
+        see="operations.md#scrape-metrics-and-check-health",
         why="serve /metrics (Prometheus), /healthz, /readyz and /connections here",
     )
     upgrade_target_release: str | None = setting(
         # No flag: a flag would win over the file, which SIGHUP re-reads.
         None,
         check=_release,
+        example="4.0",
+        see="operations.md#before-the-next-kafka-release-upgrade_target_release",
         why="the Kafka release the brokers go to next (4.0): requests it would refuse are "
         "counted (kafka_gateway_requests_below_target_release_total) and /clients marks "
         "who would break; re-read from the config file on SIGHUP",

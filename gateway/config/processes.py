@@ -36,9 +36,11 @@ class Processes:
         factory=default_workers,
         flag="--workers",
         check=between(1, MAX_WORKERS, " processes"),
-        why="worker processes, each accepting on every listener; 1: a single process, no "
-        "supervisor; default: the CPUs this process may use (its affinity, capped by a "
-        "cgroup CPU quota, not the host's core count: gateway/cpus.py)",
+        default_means="the CPUs this process may use (its affinity, capped by a cgroup CPU "
+        "quota, not the host's core count: gateway/cpus.py)",
+        example=4,
+        why="worker processes, each accepting on every listener (SO_REUSEPORT); 1: a "
+        "single process, no supervisor",
     )
     drain_timeout_s: Seconds = setting(
         30.0, check=positive, why="how long SIGTERM waits for in-flight requests"
@@ -46,8 +48,12 @@ class Processes:
     upgrade_socket: str | None = setting(
         None,
         flag="--upgrade-socket",
+        metavar="PATH",
         check=_socket_path,
+        default_means="off",
+        example="/run/kafka-gateway/upgrade.sock",
+        see="upgrade-in-place.md",
         why="upgrade in place: a running gateway listens on this Unix socket; a new one "
         "started with the same path takes its listening sockets over, and the old one "
-        "drains (docs/upgrade-in-place.md); None: off",
+        "drains and exits 0",
     )

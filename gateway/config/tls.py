@@ -41,20 +41,30 @@ class Tls:
         table="tls",
         name="cert",
         flag="--tls-cert",
-        why="the PEM certificate chain clients see; set, TLS towards clients is on",
+        metavar="PEM",
+        default_means="plaintext towards clients",
+        example="/etc/kafka-gateway/tls/gateway.pem",
+        see="tls-sasl-sni.md",
+        why="the PEM certificate chain clients see; set, TLS (1.2+) towards clients is on "
+        "(clients use security.protocol=SSL, or SASL_SSL: SASL passes through)",
     )
     tls_key: str | None = setting(
         None,
         table="tls",
         name="key",
         flag="--tls-key",
-        why="its unencrypted PEM private key; None: in the tls_cert file",
+        metavar="PEM",
+        default_means="in the tls_cert file",
+        example="/etc/kafka-gateway/tls/gateway-key.pem",
+        why="its unencrypted PEM private key",
     )
     tls_ca: str | None = setting(
         None,
         table="tls",
         name="ca",
         flag="--tls-ca",
+        metavar="PEM",
+        example="/etc/kafka-gateway/tls/clients-ca.pem",
         why="the CA that signs client certificates (needs tls_client_auth)",
     )
     tls_client_auth: ClientAuth = setting(
@@ -70,6 +80,7 @@ class Tls:
         table="tls",
         name="principal_mapping_rules",
         check=_rules,
+        example="RULE:^CN=([^,]+),.*$/$1/L,DEFAULT",
         why="Kafka's ssl.principal.mapping.rules: how a client certificate's subject "
         'becomes the connection\'s principal ("User:" + the result)',
     )
@@ -78,6 +89,7 @@ class Tls:
         table="sasl",
         name="oauthbearer_sub_claim_name",
         check=_claim,
+        see="tls-sasl-sni.md#who-logged-in-sasl-principals",
         why="Kafka's sasl.oauthbearer.sub.claim.name: the claim of an OAUTHBEARER token "
         'that names who logged in (the principal is "User:" + it)',
     )
@@ -93,13 +105,18 @@ class Tls:
         table="upstream_tls",
         name="ca",
         flag="--upstream-tls-ca",
-        why="the CA that signs the broker's certificate; None: the system's trusted CAs",
+        metavar="PEM",
+        default_means="the system's trusted CAs",
+        example="/etc/kafka-gateway/tls/broker-ca.pem",
+        why="the CA that signs the broker's certificate",
     )
     upstream_tls_cert: str | None = setting(
         None,
         table="upstream_tls",
         name="cert",
         flag="--upstream-tls-cert",
+        metavar="PEM",
+        example="/etc/kafka-gateway/tls/gw-client.pem",
         why="a client certificate for the broker (mutual TLS)",
     )
     upstream_tls_key: str | None = setting(
@@ -107,14 +124,20 @@ class Tls:
         table="upstream_tls",
         name="key",
         flag="--upstream-tls-key",
-        why="its private key; None: in the upstream_tls_cert file",
+        metavar="PEM",
+        default_means="in the upstream_tls_cert file",
+        example="/etc/kafka-gateway/tls/gw-client-key.pem",
+        why="its private key",
     )
     upstream_tls_server_hostname: str | None = setting(
         None,
         table="upstream_tls",
         name="server_hostname",
         flag="--upstream-tls-server-hostname",
-        why="sent as SNI, and the name the broker's certificate must hold; None: the upstream host",
+        metavar="NAME",
+        default_means="the upstream host",
+        example="kafka-0.internal",
+        why="sent as SNI, and the name the broker's certificate must hold",
     )
     upstream_tls_check_hostname: bool = setting(
         True,

@@ -30,8 +30,9 @@ class Upstream:
     upstream: HostPort | None = setting(
         None,
         flag="--upstream",
-        why="the broker (sidecar) or any bootstrap broker (cluster); None: start a local "
-        "ZooKeeper and broker (the embedded default)",
+        default_means="start a local ZooKeeper and broker (the embedded default)",
+        example="127.0.0.1:9093",
+        why="the broker (sidecar) or any bootstrap broker (cluster)",
     )
     embedded_broker: EmbeddedBroker = setting(
         "tansu",
@@ -42,14 +43,18 @@ class Upstream:
     embedded_home: str | None = setting(
         factory=default_embedded_home,
         env=HOME_ENV,
-        why="where the embedded stack keeps its logs and data, kept after it stops; None: "
-        "a temporary directory, removed on exit",
+        default_means=f"${HOME_ENV}, else a temporary directory removed on exit",
+        example="/var/lib/kafka-gateway",
+        why="without upstream: where the local ZooKeeper and broker keep their logs and "
+        "data, kept after they stop",
     )
     cache_dir: str = setting(
         factory=default_cache_dir,
         env=CACHE_ENV,
+        default_means=f"${CACHE_ENV}/kafka-gateway, else ~/.cache/kafka-gateway (the XDG spec)",
+        example="/var/cache/kafka-gateway",
         why="where downloads the gateway keeps between runs live (Apache Kafka's jars, once "
-        "per version): by default kafka-gateway in the user's cache (the XDG spec)",
+        "per version)",
     )
     upstream_connect_timeout_s: Seconds = setting(
         10.0, check=positive, why="how long to wait for a broker connection"
@@ -71,13 +76,17 @@ class Upstream:
         None,
         table="broker_software",
         name="name",
-        why="KIP-885: the broker software reported to clients; None: fingerprinted from "
-        "the upstream's ApiVersions against Apache Kafka's release tables",
+        default_means="fingerprinted from the upstream's ApiVersions against Apache "
+        "Kafka's release tables",
+        example="apache-kafka",
+        why="KIP-885: the broker software reported to clients",
     )
     broker_software_version: str | None = setting(
         None,
         table="broker_software",
         name="version",
+        default_means="fingerprinted, as the name",
+        example="4.0.0",
         why="KIP-885: its version, set with broker_software_name",
     )
     broker_software_name_tag: int = setting(

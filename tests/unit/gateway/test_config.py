@@ -336,7 +336,8 @@ def test_host_port_prints_in_a_form_it_parses_back(address: HostPort) -> None:
 
 
 def test_every_flag_sets_the_key_that_declares_it_and_every_key_flag_is_declared() -> None:
-    from gateway.cli import build_parser, flag_dest
+    from gateway.cli import build_parser
+    from gateway.config.flags import flag_dest
 
     parser = build_parser()
     options = {
