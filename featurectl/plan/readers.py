@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..clients_dataset import read_client_rows
+from . import exposition as ex
 from . import transforms as tx
 from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
@@ -50,7 +51,7 @@ def read_lines(spark: SparkSession, root: str) -> DataFrame:
             "run 'featurectl collect --out DIR' first"
         ) from None
     return text.select(
-        tx.scrape_key(F.col("_metadata.file_path")).alias("source"), F.col("value").alias("line")
+        ex.scrape_key(F.col("_metadata.file_path")).alias("source"), F.col("value").alias("line")
     )
 
 
@@ -115,15 +116,15 @@ def read_samples(
     if lines is not None:
         text_count = Observation("text samples")
         lines = lines.observe(
-            text_count, F.count_if(tx.is_sample_line(F.col("line"))).alias("samples")
+            text_count, F.count_if(ex.is_sample_line(F.col("line"))).alias("samples")
         )
         if metrics is not None:
-            lines = lines.where(tx.starts_with_metric(F.col("line"), metrics))
-        split = tx.split_samples(lines)
+            lines = lines.where(ex.starts_with_metric(F.col("line"), metrics))
+        split = ex.split_samples(lines)
         if metrics is not None:
             split = split.where(F.col("metric").isin(*metrics))
         scrapes = scrapes_frame(spark, lines.inputFiles())
-        parts.append(tx.attach_scrapes(split, scrapes))
+        parts.append(ex.attach_scrapes(split, scrapes))
     parquet = read_parquet(spark, root)
     if parquet is not None:
         wanted = parquet if metrics is None else parquet.where(F.col("metric").isin(*metrics))
@@ -144,7 +145,7 @@ def read_samples(
     if until is not None:
         frame = frame.where(F.col("ts") < F.lit(until))
     if parse_labels:
-        frame = tx.parse_labels(frame)
+        frame = ex.parse_labels(frame)
     return DatasetSamples(frame, text_count, parquet)
 
 

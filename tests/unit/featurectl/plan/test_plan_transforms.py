@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from featurectl.plan import decide, tally
+from featurectl.plan import exposition as ex
 from featurectl.plan import transforms as tx
 from featurectl.plan.session import SESSION_CONF
 from gateway.features.catalogue import load_catalogue
@@ -98,7 +99,7 @@ def increases_of(spark: SparkSession, samples: list[tuple[int, str, str, str, fl
 
 def parse(spark: SparkSession, *lines: str) -> list[dict[str, Any]]:
     frame = spark.createDataFrame([("r/gw", line) for line in lines], "source string, line string")
-    return rows(tx.parse_exposition(frame), "metric", "value")
+    return rows(ex.parse_exposition(frame), "metric", "value")
 
 
 def test_parse_reads_labels_value_and_optional_timestamp(spark: SparkSession) -> None:
@@ -194,7 +195,7 @@ def test_scrape_key_is_round_and_file_stem_of_any_uri(spark: SparkSession) -> No
     frame = spark.createDataFrame(
         [("file:///data/m/scrapes/20250106T000000.000Z/gw-1.example~3A9092.prom",)], "path string"
     )
-    assert frame.select(tx.scrape_key(F.col("path"))).first()[0] == (
+    assert frame.select(ex.scrape_key(F.col("path"))).first()[0] == (
         "20250106T000000.000Z/gw-1.example~3A9092"
     )
 
@@ -207,7 +208,7 @@ def test_attach_scrapes_prefers_the_lines_own_timestamp(spark: SparkSession) -> 
     scrapes = spark.createDataFrame(
         [("r1/a", "gw-a", ms(1))], "source string, gateway_id string, scrape_time_ms long"
     )
-    got = rows(tx.attach_scrapes(tx.parse_exposition(lines), scrapes), "value")
+    got = rows(ex.attach_scrapes(ex.parse_exposition(lines), scrapes), "value")
     assert [(g["gateway_id"], g["ts"], g["value"]) for g in got] == [
         ("gw-a", local(1), 1.0),
         ("gw-a", local(5), 2.0),
