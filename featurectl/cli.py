@@ -26,7 +26,7 @@ import sys
 from gateway.commands import exit_on_closed_stdout, version_text, wrap
 from gateway.features.store import ZOOKEEPER_ENV
 
-from .commands import describe, releases, software, update
+from .commands import describe, releases, software, update, update_options
 from .commands.update import DISABLE_REFUSED, DOWNGRADE_REFUSED
 from .exits import EXIT_CODES, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, CliError
 from .features import COMMANDS
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     describe.add_parser(commands)
-    update.add_parsers(commands)
+    update_options.add_parsers(commands)
     releases.add_parsers(commands)
     software.add_parser(commands)
     add_planner_subcommands(commands)
