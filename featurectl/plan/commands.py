@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from featurectl.collect import add_collect_subcommand
+from featurectl.collect_options import add_collect_subcommand
 from featurectl.plan.convert import add_convert_subcommand
 from featurectl.plan.job import add_plan_subcommand
 
