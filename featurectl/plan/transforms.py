@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from gateway.observability.metrics import TRAFFIC_LABELS
+from gateway.observability.traffic_metrics import TRAFFIC_LABELS
 
 from .decide import CLIENT
 from .exposition import parse_labels

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from ..protocol._apis import api_name
 from ..versions import accepted_versions, release_named
-from .metrics import TrafficCollector
+from .traffic_metrics import TrafficCollector
 
 BELOW_TARGET = "kafka_gateway_requests_below_target_release"
 BELOW_TARGET_LABELS = (

@@ -35,7 +35,7 @@ from featurectl.scrape import (
     targets_from_registry,
 )
 from gateway.features.znode import Registration
-from gateway.observability.metrics import TRAFFIC_LABELS
+from gateway.observability.traffic_metrics import TRAFFIC_LABELS
 from tests.harness import free_port
 
 

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import ConfigError, load_config, reloaded
-from gateway.observability.metrics import TrafficCollector
 from gateway.observability.release_watch import BELOW_TARGET, ReleaseWatch
+from gateway.observability.traffic_metrics import TrafficCollector
 from gateway.server.app import Gateway
 
 PINNED = ("client-id:kafka-python-2.0.2", "unknown")

@@ -9,7 +9,7 @@ import structlog
 
 from gateway.config import ConfigError, load_config
 from gateway.observability.logging import MAX_KEYS_PER_EVENT, RateLimitedLogger
-from gateway.observability.metrics import TrafficCollector
+from gateway.observability.traffic_metrics import TrafficCollector
 from gateway.protocol._stats import ApiStats
 
 
