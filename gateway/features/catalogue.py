@@ -83,7 +83,7 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, FeatureSpec]:
 def _builtin_catalogue() -> dict[str, FeatureSpec]:
     # The package's own file, read once per process: it changes only with the package,
     # which a restart picks up anyway. The workers' fork server reads it before it forks
-    # (server/_preload.py): parsing the TOML in each worker copied ~1 MB of shared pages.
+    # (worker_preload.py): parsing the TOML in each worker copied ~1 MB of shared pages.
     return _read_catalogue(default_catalogue_path())
 
 

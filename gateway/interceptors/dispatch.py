@@ -99,7 +99,7 @@ def warm_up() -> None:
 
     Imported at a connection's first such frame instead, they held the event loop while
     every other connection waited: ~35 ms for the first Metadata response (against
-    0.7 ms warm). The fork server calls this once for all workers (``_preload``).
+    0.7 ms warm). The fork server calls this once for all workers (``worker_preload``).
     Once is enough: a worker forked after it must not walk the schemas again, which
     would write to (and so copy) ~1 MB of pages it shares with the other workers.
     """

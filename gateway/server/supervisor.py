@@ -11,7 +11,7 @@ of each worker process in ``workers``):
 * holds the one ZooKeeper registration of the gateway;
 * starts the workers through ``multiprocessing``'s fork server: a fresh interpreter
   (not a fork of the supervisor, which already runs kazoo's threads that a fork would
-  copy half-way) that imports the gateway once (``_preload``) and forks each worker
+  copy half-way) that imports the gateway once (``gateway.worker_preload``) and forks each worker
   from it, so the workers share those pages (a worker measured 20 MB PSS, against
   54 MB when each was spawned and imported everything itself); restarts one that dies (a log line,
   ``kafka_gateway_worker_restarts_total``; the others keep serving), and on SIGTERM or
@@ -327,8 +327,8 @@ class Supervisor(OperatorEndpoint):
         task.add_done_callback(self._tasks.discard)
 
 
-# A worker's metrics, built by the fork server before it forks (``_preload``): each
-# forked worker starts with its own copy (copy-on-write; nothing is counted before the
+# A worker's metrics, built by the fork server before it forks (``gateway.worker_preload``):
+# each forked worker starts with its own copy (copy-on-write; nothing is counted before the
 # fork) instead of building ~50 metric families itself, which left 0.3-0.5 MB more of the
 # shared pages copied in each (docs/memory.md#workers-share-the-fork-servers-pages). None in a
 # spawned worker: it builds its own.

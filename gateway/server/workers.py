@@ -61,7 +61,7 @@ def worker_context() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     # A preload that fails to import is skipped by multiprocessing: the workers then
     # import what they need themselves, as spawned ones would.
-    context.set_forkserver_preload(["gateway.server._preload"])
+    context.set_forkserver_preload(["gateway.worker_preload"])
     return context
 
 

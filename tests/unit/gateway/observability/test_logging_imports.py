@@ -11,7 +11,7 @@ import sys
 CHILD = r"""
 import json, sys
 import gateway.server.supervisor  # what the supervisor loads
-import gateway.server._preload    # what the workers' fork server loads
+import gateway.worker_preload    # what the workers' fork server loads
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "pygments"))
 
 from gateway.observability.logging import configure_logging, get_logger

@@ -45,7 +45,7 @@ def test_without_a_writable_temp_directory_workers_are_spawned(
 # builds its Gateway. In a fresh interpreter that first loads what the fork server loads.
 WORKER_START = r"""
 import json, runpy, sys
-import gateway.server._preload
+import gateway.worker_preload
 before = set(sys.modules)
 runpy.run_path(sys.argv[1], run_name="__mp_main__")
 from gateway.config import load_config
@@ -83,7 +83,7 @@ def test_the_built_in_catalogue_is_read_once_and_each_caller_gets_its_own_dict()
 PREBUILT = r"""
 import json
 from prometheus_client import generate_latest
-import gateway.server._preload
+import gateway.worker_preload
 from gateway.server import supervisor
 metrics = supervisor._prebuilt_metrics
 print(json.dumps(None if metrics is None else generate_latest(metrics.registry).decode()))
