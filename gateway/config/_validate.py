@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..server.tls import TlsSetupError, client_side_context, upstream_context
+from ..tls import TlsSetupError, client_side_context, upstream_context
 from ._declare import ConfigError
 from ._schema import SETTINGS, Config
 from .addresses import sni_name, sni_node_id

@@ -30,6 +30,13 @@ from ..kafka_client import probe_api_versions
 from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
 from ..observability.metrics import Metrics
 from ..observability.release_watch import ReleaseWatch
+from ..tls import (
+    TlsSetupError,
+    client_side_context,
+    reload_client_chain,
+    upstream_context,
+    upstream_server_hostname,
+)
 from .features import FeatureGate
 from .handover_workers import answer_supervisor
 from .http import check_route, json_route, metrics_route, serve_http
@@ -41,13 +48,6 @@ from .negotiation import Negotiation
 from .proxy import ClientConnection
 from .routing import ClusterRouter, SidecarRouter
 from .sni import SniRouter
-from .tls import (
-    TlsSetupError,
-    client_side_context,
-    reload_client_chain,
-    upstream_context,
-    upstream_server_hostname,
-)
 from .upstream_recheck import UpstreamRecheck
 from .upstream_watch import UpstreamWatch
 from .withdrawn import renegotiate_all

@@ -52,6 +52,7 @@ from ..protocol import (
     UnreadableResponse,
 )
 from ..protocol import _scanner as protocol_scanner
+from ..tls import client_identity
 from ..versions import VersionRange
 from . import allocator
 from .budget import Budget
@@ -72,7 +73,6 @@ from .flow import (
 from .reads import READ_BYTES, lane
 from .reads import RECV as _RECV  # noqa: F401  (tests and the bench fill it)
 from .services import GatewayServices
-from .tls import client_identity
 from .traffic import Traffic
 
 # Large buffers (a partial frame of up to max_frame_bytes) go back to the system when

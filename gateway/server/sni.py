@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from ..config import HostPort, sni_name, sni_node_id
 from ..kafka_client import probe_metadata
 from ..observability.logging import RateLimitedLogger
-from .tls import upstream_server_hostname
+from ..tls import upstream_server_hostname
 
 if TYPE_CHECKING:
     from ..config import Config

@@ -10,7 +10,7 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 from gateway.config import ConfigError, HostPort, load_config
-from gateway.server.tls import client_side_context, upstream_context, upstream_server_hostname
+from gateway.tls import client_side_context, upstream_context, upstream_server_hostname
 
 
 @pytest.fixture(scope="module")

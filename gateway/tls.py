@@ -1,5 +1,5 @@
 """TLS on both sides: the context for the client-facing listeners and the one for upstream
-connections.
+connections. Beside the packages, not in ``server``: the config validates with it too.
 
 Each is built once when the gateway starts and shared by every listener / upstream
 connection (the start-up probe included). ``gateway.config`` builds them as well while
@@ -17,7 +17,7 @@ from __future__ import annotations
 import ssl
 from typing import NoReturn, Protocol
 
-from ..principal import cached_rules, principal_of
+from .principal import cached_rules, principal_of
 
 
 class TlsSettings(Protocol):
