@@ -8,7 +8,7 @@ gateway), and writes a snapshot of the finalized levels and registrations, so
 ``featurectl plan`` can run later without ZooKeeper. The layout is described in
 ``featurectl.plan.layout``. Each gateway's /clients (who connected, from where, since
 when, which versions were used and refused) goes to ``DIR/clients/``
-(``featurectl.clients_dataset``), written when the samples are.
+(``featurectl.plan.clients_dataset``), written when the samples are.
 
 ``--prometheus URL`` and ``--from-prometheus FILE`` take the same series from Prometheus
 instead (``featurectl.prometheus``).
@@ -28,14 +28,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kazoo.exceptions import ConnectionLoss, KazooException
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from .clients_dataset import ClientSink
 from .exits import EXIT_NOTHING, EXIT_OK, EXIT_USAGE
+from .plan.clients_dataset import ClientSink
 from .plan.columnar import SampleSink
-from .plan.layout import StateSnapshot, TextSink, epoch_ms
+from .plan.layout import TextSink
 from .plan.layout import write_state as write_state_file
+from .plan.live_state import Registry
 from .prometheus import (
     FIRST_PAGE_POINTS,
     MAX_POINTS_PER_SERIES,
@@ -58,41 +59,6 @@ DEFAULT_INTERVAL_S = 15.0
 # Parquet: scrapes are buffered and written every this many seconds (and at exit); a file
 # per 15 s round would be thousands of tiny files a day, each costing the planner an open.
 DEFAULT_FLUSH_S = 300.0
-
-# -- ZooKeeper ------------------------------------------------------------------------------
-
-
-class Registry:
-    """A started FeatureStore for the whole collect run (one ZooKeeper session)."""
-
-    def __init__(self, connect: str, chroot: str, timeout_s: float) -> None:
-        from gateway.features.store import FeatureStore, make_client
-
-        self.connect = connect
-        self.chroot = chroot
-        self.client = make_client(connect, timeout_s=timeout_s)
-        self.client.start(timeout=timeout_s)
-        self.store = FeatureStore(self.client, chroot)
-
-    def snapshot(self) -> StateSnapshot:
-        """Finalized levels and registrations now; ConnectionLoss while disconnected.
-
-        Without the check, a read issued while kazoo reconnects waits for the
-        connection to come back, and the round (and its scrapes) with it.
-        """
-        if not self.client.connected:
-            raise ConnectionLoss(f"not connected to {self.connect}")
-        return StateSnapshot(
-            time_ms=epoch_ms(datetime.now(UTC)),
-            finalized=self.store.read(),
-            registrations=tuple(self.store.registrations()),
-            zookeeper=self.connect,
-            chroot=self.store.paths.chroot,
-        )
-
-    def close(self) -> None:
-        self.client.stop()
-        self.client.close()
 
 
 def run_collect(args: argparse.Namespace) -> int:
@@ -262,6 +228,5 @@ __all__ = [
     # The Prometheus paging, which the end-to-end test sizes its range by.
     "FIRST_PAGE_POINTS",
     "MAX_POINTS_PER_SERIES",
-    "Registry",
     "run_collect",
 ]

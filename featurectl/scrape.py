@@ -4,7 +4,7 @@ One round scrapes every target concurrently (a slow gateway costs one timeout, n
 per gateway) and hands each answer, under the gateway id it names, to a sink: the
 Parquet dataset (``featurectl.plan.columnar``) or the text layout
 (``featurectl.plan.layout``). Next to /metrics it fetches the gateway's /clients (the
-client identities it saw, ``gateway.client_records``) for ``featurectl.clients_dataset``.
+client identities it saw, ``gateway.client_records``) for ``featurectl.plan.clients_dataset``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .clients_dataset import ClientSink
+from .plan.clients_dataset import ClientSink
 from .plan.columnar import SampleSink
 from .plan.layout import ScrapeMeta, TextSink, epoch_ms, stamp
 

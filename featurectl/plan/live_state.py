@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from featurectl.plan.layout import StateSnapshot
+from kazoo.exceptions import ConnectionLoss
+
+from featurectl.plan.layout import StateSnapshot, epoch_ms
 from featurectl.plan.model import PlanInputs, UsageError
 
 if TYPE_CHECKING:
@@ -113,9 +116,41 @@ def metrics_state(
     return LiveState(doc, gateway_ids, support, finalized)
 
 
-def _read_zookeeper(connect: str, chroot: str) -> StateSnapshot:
-    from featurectl.collect import Registry
+class Registry:
+    """A started FeatureStore (one ZooKeeper session): a plan's one read, or a whole
+    ``featurectl collect`` run's snapshots."""
 
+    def __init__(self, connect: str, chroot: str, timeout_s: float) -> None:
+        from gateway.features.store import FeatureStore, make_client
+
+        self.connect = connect
+        self.chroot = chroot
+        self.client = make_client(connect, timeout_s=timeout_s)
+        self.client.start(timeout=timeout_s)
+        self.store = FeatureStore(self.client, chroot)
+
+    def snapshot(self) -> StateSnapshot:
+        """Finalized levels and registrations now; ConnectionLoss while disconnected.
+
+        Without the check, a read issued while kazoo reconnects waits for the
+        connection to come back, and the round (and its scrapes) with it.
+        """
+        if not self.client.connected:
+            raise ConnectionLoss(f"not connected to {self.connect}")
+        return StateSnapshot(
+            time_ms=epoch_ms(datetime.now(UTC)),
+            finalized=self.store.read(),
+            registrations=tuple(self.store.registrations()),
+            zookeeper=self.connect,
+            chroot=self.store.paths.chroot,
+        )
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
+def _read_zookeeper(connect: str, chroot: str) -> StateSnapshot:
     try:
         registry = Registry(connect, chroot, timeout_s=10.0)
     except Exception as exc:  # kazoo's timeout types differ per handler; ValueError
@@ -129,4 +164,4 @@ def _read_zookeeper(connect: str, chroot: str) -> StateSnapshot:
         registry.close()
 
 
-__all__ = ["LiveState", "metrics_state", "metrics_state_frames", "snapshot_state"]
+__all__ = ["LiveState", "Registry", "metrics_state", "metrics_state_frames", "snapshot_state"]

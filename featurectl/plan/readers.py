@@ -16,9 +16,9 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ..clients_dataset import read_client_rows
 from . import exposition as ex
 from . import transforms as tx
+from .clients_dataset import read_client_rows
 from .columnar import DATE_PARTITION, PARQUET_SUFFIX, SAMPLES, SPARK_SCHEMA
 from .layout import PROM_SUFFIX, SCRAPES, STATE, StateSnapshot, decode_name, round_time_ms
 
@@ -198,7 +198,7 @@ def read_latest_state(spark: SparkSession, root: str) -> StateSnapshot | None:
 def read_clients(dataset_dir: str) -> list[dict]:
     """The client identities the dataset's gateways saw (``DIR/clients/``, written by
     ``featurectl collect`` from each gateway's /clients), as plain rows: per gateway
-    and identity its newest record, fields as ``featurectl.clients_dataset.ROW_FIELDS``
+    and identity its newest record, fields as ``featurectl.plan.clients_dataset.ROW_FIELDS``
     (``first_seen``, ``last_seen``, ``scraped_at`` in epoch seconds). [] when the dataset
     has none (collected from Prometheus, or from gateways without /clients). Read
     without Spark (a few rows per identity): a local directory or ``file://`` only."""

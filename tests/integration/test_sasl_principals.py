@@ -24,7 +24,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from featurectl import cli
-from featurectl.clients_dataset import read_client_rows
+from featurectl.plan.clients_dataset import read_client_rows
 from gateway.features.store import FeatureStore
 from tests.conftest import GatewayFactory
 from tests.harness import ConnectionClosed, GatewayProcess, KafkaConnection, ZooKeeperProcess

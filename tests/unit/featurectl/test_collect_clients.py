@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from featurectl import cli
-from featurectl.clients_dataset import (
+from featurectl.plan.clients_dataset import (
     ROW_FIELDS,
     ClientSink,
     arrow_schema,

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .plan.layout import stamp
+from .layout import stamp
 
 CLIENTS = "clients"
 PARQUET_SUFFIX = ".parquet"
