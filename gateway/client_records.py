@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .protocol._apis import api_name, api_spec
+from .protocol import api_name, api_spec
 
 UNKNOWN = "unknown"
 # The label value prefix of an identity derived from the client id.

@@ -31,8 +31,7 @@ from .client_records import (
     identity_of_client_id,
     peer_ip,
 )
-from .protocol import Malformed, parse_request_header
-from .protocol._apis import API_VERSIONS
+from .protocol import API_VERSIONS, Malformed, parse_request_header
 
 # The most bytes of a first request kept while its header is incomplete (a client id is
 # at most 32767 bytes; one that long is not waited for).

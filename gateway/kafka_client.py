@@ -23,11 +23,20 @@ from typing import Any, Self
 
 from . import __version__
 from .features.report import FeatureReport
-from .interceptors._codec import decode_response, encode_request
-from .interceptors._tagged import strip_unknown_tags
-from .protocol import API_VERSIONS, METADATA, api_spec, frame, response_body_offset
-from .protocol._apis import request_schema
-from .protocol._wire import INT16, INT32, write_uvarint
+from .protocol import (
+    API_VERSIONS,
+    INT16,
+    INT32,
+    METADATA,
+    api_spec,
+    decode_response,
+    encode_request,
+    frame,
+    request_schema,
+    response_body_offset,
+    strip_unknown_tags,
+    write_uvarint,
+)
 from .versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 
 GATEWAY_SOFTWARE_NAME = "kafka-gateway"

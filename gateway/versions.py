@@ -43,9 +43,15 @@ from importlib import resources
 from typing import NamedTuple
 
 from .features.report import NO_FEATURES, FeatureReport
-from .interceptors._codec import decode_response
-from .interceptors._tagged import strip_unknown_tags
-from .protocol import API_VERSIONS, FETCH, PRODUCE, api_range, known_api_keys
+from .protocol import (
+    API_VERSIONS,
+    FETCH,
+    PRODUCE,
+    api_range,
+    decode_response,
+    known_api_keys,
+    strip_unknown_tags,
+)
 
 VersionRange = tuple[int, int]
 """Inclusive (min_version, max_version) of one API key."""

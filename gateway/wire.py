@@ -2,9 +2,9 @@
 the bench.
 
 What the gateway itself speaks, under one public name, so a tool encodes and reads
-messages exactly as the gateway does and carries no copy of its own. The modules behind
-it (``gateway.interceptors._codec`` and ``_tagged``, ``gateway.protocol._apis`` and
-``_wire``, ``gateway.kafka_client``) are the gateway's to rearrange; this surface stays.
+messages exactly as the gateway does and carries no copy of its own. What is behind it
+(``gateway.protocol``'s public names, ``gateway.kafka_client``) is the gateway's to
+rearrange; this surface stays.
 
 Messages (kio entities, generated from Kafka's message JSON files):
     ``encode_request``, ``decode_request``, ``encode_response``, ``decode_response``,
@@ -33,8 +33,6 @@ from typing import Any, TypeVar
 
 from kio.serial import entity_reader, entity_writer
 
-from .interceptors._codec import decode_request, decode_response, encode_request, encode_response
-from .interceptors._tagged import decode_with_unknown_tags, strip_unknown_tags
 from .kafka_client import (
     METADATA_MAX,
     AsyncKafkaConnection,
@@ -51,32 +49,39 @@ from .kafka_client import (
     request_header,
     response_body,
 )
-from .protocol._apis import (
+from .protocol import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
     FETCH,
     FIND_COORDINATOR,
+    INT16,
+    INT32,
     METADATA,
     PRODUCE,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     UPDATE_FEATURES,
     ApiSpec,
+    Incomplete,
+    Malformed,
+    RequestHeader,
     api_name,
     api_range,
     api_spec,
+    decode_request,
+    decode_response,
+    decode_with_unknown_tags,
+    encode_request,
+    encode_response,
+    frame,
     has_schema,
     known_api_keys,
-)
-from .protocol._headers import RequestHeader, frame, parse_request_header, response_body_offset
-from .protocol._walk import skip_tagged_fields
-from .protocol._wire import (
-    INT16,
-    INT32,
-    Incomplete,
-    Malformed,
+    parse_request_header,
     read_tagged_fields,
     read_uvarint,
+    response_body_offset,
+    skip_tagged_fields,
+    strip_unknown_tags,
     write_tagged_fields,
     write_uvarint,
 )

@@ -22,8 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..protocol import Incomplete, Malformed
-from ..protocol._wire import read_uvarint, write_uvarint
+from ..protocol import Incomplete, Malformed, read_uvarint, write_uvarint
 
 # A struct's unknown tagged fields, {tag: raw bytes}: kept for a re-encode at one version.
 UNKNOWN_TAGS = "_tags"

@@ -19,7 +19,7 @@ files, flags or the environment for settings.
 from __future__ import annotations
 
 from ._declare import ConfigError, HostPort, parse_host_port
-from ._load import config_source, load_config, reloaded, remember_source
+from ._load import Source, config_source, load_config, reloaded, remember_source
 from ._schema import SETTINGS, Config, Declared
 from .addresses import sni_name, sni_node_id
 from .limits import parse_ip_overrides
@@ -32,6 +32,7 @@ __all__ = [
     "ConfigError",
     "Declared",
     "HostPort",
+    "Source",
     "config_source",
     "default_workers",
     "load_config",

@@ -25,7 +25,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from ..protocol._apis import api_key_of, api_name
+from ..protocol import api_key_of, api_name
 
 VersionRange = tuple[int, int]
 

@@ -43,18 +43,22 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta, i64
 
-from ..protocol import API_VERSIONS, RequestHeader, api_spec, response_header
-from ..protocol._apis import response_schema
-from ..protocol._walk import skip_tagged_fields
-from ..protocol._wire import (
+from ..protocol import (
+    API_VERSIONS,
     Incomplete,
     Malformed,
+    RequestHeader,
+    api_spec,
+    encode_response,
     read_compact_string,
+    read_top_level_tags,
+    response_header,
+    response_schema,
+    skip_tagged_fields,
+    splice_tagged_fields,
     write_uvarint,
 )
 from ..versions import UNKNOWN_SOFTWARE, BrokerSoftware, VersionRange
-from ._codec import encode_response
-from ._tagged import read_top_level_tags, splice_tagged_fields
 
 # Kafka's ApiVersionsRequest.isValid() pattern, as shipped (KIP-511).
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")

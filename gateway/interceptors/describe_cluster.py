@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from ..protocol._walk import skip_tagged_fields
-from ..protocol._wire import (
+from ..protocol import (
     INT32,
     read_compact_string,
     read_tagged_fields,
     read_uvarint,
     skip_compact_string,
+    skip_tagged_fields,
     write_tagged_fields,
 )
 from ..versions import BrokerSoftware

@@ -43,14 +43,16 @@ from ..protocol import (
     ResponseHead,
     ResponseTail,
     TailFinder,
+    api_name,
     api_range,
     api_spec,
     codec_version,
     frame,
+    request_schema,
     response_body_offset,
+    response_schema,
     tail_program,
 )
-from ..protocol._apis import api_name, request_schema, response_schema
 from ..versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 from . import addresses, registry
 from . import upstream as internal

@@ -38,24 +38,25 @@ from typing import Any, NamedTuple, Protocol
 from kio.static.primitive import i32
 
 from ..protocol import (
+    INT32,
     HeadFinder,
     Malformed,
     api_spec,
-    read_tagged_fields,
-    response_body_offset,
-    write_tagged_fields,
-)
-from ..protocol._apis import response_schema
-from ..protocol._walk import field_offset, tags_offset
-from ..protocol._wire import INT32, write_uvarint
-from ._codec import (
     decode_response_tag,
+    decode_with_unknown_tags,
     encode_response,
     encode_response_tag,
+    field_offset,
+    read_tagged_fields,
     readonly,
     response_array_codec,
+    response_body_offset,
+    response_schema,
+    splice_tagged_fields,
+    tags_offset,
+    write_tagged_fields,
+    write_uvarint,
 )
-from ._tagged import decode_with_unknown_tags, splice_tagged_fields
 
 _NODE_ID_FIELDS = ("node_id", "broker_id")
 # KIP-951: the top-level tag of NodeEndpoints in Produce (v10+) and Fetch (v16+) responses.

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from ..features.catalogue import required_level
 from ..observability.logging import RateLimitedLogger
-from ..protocol import RequestFrame, api_spec
-from ..protocol._apis import has_schema
+from ..protocol import RequestFrame, api_spec, has_schema
 from .context import Exchange
 from .unsupported import unsupported_version_response
 

@@ -41,9 +41,17 @@ from kio.serial.readers import tz_aware_from_i64
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 
-from ..protocol import PRODUCE, RequestHeader, api_spec, response_header
-from ..protocol._apis import has_schema, response_schema
-from ._codec import decode_request, encode_response, unwrap_optional
+from ..protocol import (
+    PRODUCE,
+    RequestHeader,
+    api_spec,
+    decode_request,
+    encode_response,
+    has_schema,
+    response_header,
+    response_schema,
+    unwrap_optional,
+)
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 

@@ -24,9 +24,15 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from ..features.validation import FeatureUpdate, UpdateResult, UpgradeType
-from ..protocol import UPDATE_FEATURES, RequestHeader, api_spec, response_header
-from ..protocol._apis import response_schema
-from ._codec import decode_request, encode_response
+from ..protocol import (
+    UPDATE_FEATURES,
+    RequestHeader,
+    api_spec,
+    decode_request,
+    encode_response,
+    response_header,
+    response_schema,
+)
 
 FIRST_ALL_OR_NOTHING_VERSION = 2
 

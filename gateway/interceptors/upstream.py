@@ -30,11 +30,14 @@ from ..protocol import (
     METADATA,
     RequestHeader,
     api_spec,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
     response_header,
+    response_schema,
+    strip_unknown_tags,
 )
-from ..protocol._apis import response_schema
-from ._codec import decode_request, decode_response, encode_request, encode_response
-from ._tagged import strip_unknown_tags
 from .endpoints import AddressBook
 
 # ClusterAuthorizedOperations when the client did not ask for them (Kafka's default).

@@ -32,7 +32,7 @@ from prometheus_client import (
 )
 
 from ..client_records import UNKNOWN, api_labels
-from ..protocol._apis import api_name
+from ..protocol import api_name
 from .bridge_metrics import BridgeMetrics
 from .logging import RateLimitedLogger
 from .traffic_metrics import TRAFFIC_LABELS, TrafficCollector

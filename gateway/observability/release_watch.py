@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..protocol._apis import api_name
+from ..protocol import api_name
 from ..versions import accepted_versions, release_named
 from .traffic_metrics import TrafficCollector
 

@@ -13,8 +13,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from ..client_records import api_labels
-from ..protocol._apis import api_name
-from ..protocol._stats import LATENCY_BUCKETS, ApiStats
+from ..protocol import LATENCY_BUCKETS, ApiStats, api_name
 
 TRAFFIC_LABELS = (
     "listener",

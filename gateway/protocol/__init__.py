@@ -1,4 +1,8 @@
-"""Sans-I/O Kafka protocol core: bytes in, frames and events out. No sockets here."""
+"""The Kafka protocol, sans I/O, with one public face: the wire primitives, tagged fields,
+the schema walk, the header rules, the API tables (from Kafka's own specs), the codec, and
+the readers that turn bytes into frames and events. No sockets here. Every other package
+imports these names from ``gateway.protocol``, never a private module of it (the
+architecture tests hold that)."""
 
 from ._answered import answered_fields, api_of
 from ._apis import (
@@ -9,14 +13,29 @@ from ._apis import (
     METADATA,
     PRODUCE,
     SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     UPDATE_FEATURES,
     ApiSpec,
+    api_key_of,
     api_name,
     api_range,
     api_spec,
     codec_version,
+    has_schema,
     known_api_keys,
     protocol_data,
+    request_schema,
+    response_schema,
+)
+from ._codec import (
+    decode_request,
+    decode_response,
+    decode_response_tag,
+    encode_request,
+    encode_response,
+    encode_response_tag,
+    readonly,
+    response_array_codec,
 )
 from ._entry import InFlightRequest
 from ._events import (
@@ -43,23 +62,63 @@ from ._headers import (
 from ._inflight import InFlight
 from ._requests import RequestReader
 from ._responses import ResponseReader
-from ._sasl_login import LoginWatcher, SaslLogin
+from ._sasl_login import (
+    AUTHENTICATED,
+    FAILED,
+    LoginWatcher,
+    SaslLogin,
+    authenticate_result,
+    authenticate_token,
+)
 from ._scanner import COMPILED as SCANNER_COMPILED
-from ._walk import field_offset, measure, tags_offset, tail_program
-from ._wire import Incomplete, Malformed, read_tagged_fields, write_tagged_fields
+from ._scanner import PlainTable
+from ._stats import LATENCY_BUCKETS, ApiStats
+from ._tagged import (
+    decode_with_unknown_tags,
+    read_top_level_tags,
+    splice_tagged_fields,
+    strip_unknown_tags,
+)
+from ._walk import (
+    field_offset,
+    measure,
+    skip_tagged_fields,
+    tags_offset,
+    tail_program,
+    unwrap_optional,
+)
+from ._wire import (
+    INT16,
+    INT32,
+    Incomplete,
+    Malformed,
+    read_compact_string,
+    read_tagged_fields,
+    read_uvarint,
+    skip_compact_string,
+    write_tagged_fields,
+    write_uvarint,
+)
 
 __all__ = [
     "API_VERSIONS",
+    "AUTHENTICATED",
     "DEFAULT_MAX_FRAME_BYTES",
     "DESCRIBE_CLUSTER",
+    "FAILED",
     "FETCH",
     "FIND_COORDINATOR",
+    "INT16",
+    "INT32",
+    "LATENCY_BUCKETS",
     "METADATA",
     "PRODUCE",
     "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
     "SCANNER_COMPILED",
     "UPDATE_FEATURES",
     "ApiSpec",
+    "ApiStats",
     "DroppedResponse",
     "HeadFinder",
     "InFlight",
@@ -68,6 +127,7 @@ __all__ = [
     "Item",
     "LoginWatcher",
     "Malformed",
+    "PlainTable",
     "ProtocolViolation",
     "RequestFrame",
     "RequestHeader",
@@ -81,22 +141,46 @@ __all__ = [
     "TailPolicy",
     "UnreadableResponse",
     "answered_fields",
+    "api_key_of",
     "api_name",
     "api_of",
     "api_range",
     "api_spec",
+    "authenticate_result",
+    "authenticate_token",
     "codec_version",
+    "decode_request",
+    "decode_response",
+    "decode_response_tag",
+    "decode_with_unknown_tags",
+    "encode_request",
+    "encode_response",
+    "encode_response_tag",
     "field_offset",
     "frame",
+    "has_schema",
     "known_api_keys",
     "measure",
     "parse_request_header",
     "produce_acks",
     "protocol_data",
+    "read_compact_string",
     "read_tagged_fields",
+    "read_top_level_tags",
+    "read_uvarint",
+    "readonly",
+    "request_schema",
+    "response_array_codec",
     "response_body_offset",
     "response_header",
+    "response_schema",
+    "skip_compact_string",
+    "skip_tagged_fields",
+    "splice_tagged_fields",
+    "strip_unknown_tags",
     "tags_offset",
     "tail_program",
+    "unwrap_optional",
     "write_tagged_fields",
+    "write_uvarint",
 ]

@@ -17,8 +17,7 @@ from typing import Protocol
 from ..clients import ClientInfo, ConnectionRegistry
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..principal import PRINCIPAL_TYPE
-from ..protocol import SaslLogin
-from ..protocol._sasl_login import AUTHENTICATED, FAILED
+from ..protocol import AUTHENTICATED, FAILED, SaslLogin
 
 # The connection's logger names: these lines are the connection's.
 log = get_logger("gateway.proxy")

@@ -16,7 +16,7 @@ from ..features.report import NO_FEATURES, FeatureReport, merge_reports
 from ..interceptors import dispatch
 from ..observability.logging import get_logger
 from ..observability.metrics import Metrics
-from ..protocol import DESCRIBE_CLUSTER, api_name, protocol_data
+from ..protocol import DESCRIBE_CLUSTER, PlainTable, api_name, protocol_data
 from ..versions import (
     PASS_THROUGH,
     BrokerSoftware,
@@ -26,7 +26,6 @@ from ..versions import (
     refused_below,
 )
 from .features import FeatureGate
-from .proxy import PlainTable
 from .routing import ClusterRouter, SidecarRouter
 from .services import Negotiated
 

@@ -51,7 +51,6 @@ from ..protocol import (
     ResponseTail,
     UnreadableResponse,
 )
-from ..protocol import _scanner as protocol_scanner
 from ..tls import client_identity
 from ..versions import VersionRange
 from . import allocator
@@ -90,7 +89,6 @@ log = get_logger("gateway.proxy")
 _acks0_answered: dict[HostPort, bool] = {}
 
 # What the scanner may take of a negotiation's pass-through table (Gateway.negotiated).
-PlainTable = protocol_scanner.PlainTable
 
 # Items of a reader's output that are forwarded as they are. A tuple, not ``bytes |
 # memoryview``: the union would be built anew at every isinstance on the hot path.
@@ -497,4 +495,4 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.budget.recharge()
 
 
-__all__ = ["READ_BYTES", "ClientConnection", "PlainTable", "UpstreamConnection"]
+__all__ = ["READ_BYTES", "ClientConnection", "UpstreamConnection"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..protocol import _scanner
+from ..protocol import SCANNER_COMPILED
 
-if _scanner.COMPILED:
+if SCANNER_COMPILED:
     from . import _lane as lane  # type: ignore[attr-defined]
 else:
     from . import _lane_py as lane  # type: ignore[no-redef]

@@ -66,4 +66,4 @@ class Negotiated(NamedTuple):
     available: dict[int, VersionRange]  # own ∩ upstream: what the feature gate is told
     ranges: dict[int, VersionRange]  # what clients are told: own ∩ upstream ∩ caps
     passthrough: dict[int, VersionRange]  # ranges minus the keys answered here
-    lane: object  # what the compiled lane may take of it (proxy.PlainTable)
+    lane: object  # what the compiled lane may take of it (protocol.PlainTable)

@@ -42,8 +42,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..config import Config, HostPort, config_source, remember_source
-from ..config._load import Source
+from ..config import Config, HostPort, Source, config_source, remember_source
 from ..observability.logging import RateLimitedLogger, configure_logging, get_logger
 from ..observability.merge import MetricsMerger
 from ..observability.metrics import Metrics

@@ -42,7 +42,7 @@ from ..config import HostPort
 from ..features.report import FeatureReport
 from ..interceptors import dispatch
 from ..observability.logging import get_logger
-from ..protocol._apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from ..protocol import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from ..versions import VersionRange
 from .withdrawn import UPSTREAM_ANSWER, describe, drain, withdrawn
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..features.catalogue import Catalogue, required_level
 from ..observability.logging import RateLimitedLogger, get_logger
-from ..protocol._apis import api_name
+from ..protocol import api_name
 from ..versions import VersionRange
 
 if TYPE_CHECKING:

@@ -14,9 +14,10 @@ from ...protocol import (
     Malformed,
     RequestFrame,
     api_spec,
+    authenticate_result,
+    authenticate_token,
     response_body_offset,
 )
-from ...protocol._sasl_login import authenticate_result, authenticate_token
 from ..context import Exchange
 from ..filter import Filter
 

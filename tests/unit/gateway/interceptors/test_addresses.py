@@ -11,9 +11,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 
-from gateway.interceptors._tagged import read_top_level_tags, strip_unknown_tags
 from gateway.interceptors.addresses import rewrite_response
 from gateway.interceptors.dispatch import REWRITTEN_FROM
+from gateway.protocol._tagged import read_top_level_tags, strip_unknown_tags
 from tests.unit._kafka import RECORDS, build, decode, encode, nested, schema_module, top_level
 
 

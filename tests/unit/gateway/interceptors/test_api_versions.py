@@ -15,7 +15,6 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from gateway.interceptors._tagged import read_top_level_tags, strip_unknown_tags
 from gateway.interceptors.api_versions import (
     DEFAULT_SOFTWARE_TAGS,
     SoftwareTags,
@@ -25,6 +24,7 @@ from gateway.interceptors.api_versions import (
     read_broker_software,
 )
 from gateway.protocol import RequestHeader, parse_request_header
+from gateway.protocol._tagged import read_top_level_tags, strip_unknown_tags
 from gateway.versions import BrokerSoftware
 
 RANGES = {0: (3, 11), 1: (4, 17), 3: (0, 12), 18: (0, 4), 60: (0, 1)}

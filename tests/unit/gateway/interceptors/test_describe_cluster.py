@@ -9,14 +9,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from gateway.interceptors._codec import decode_response, encode_response
-from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.api_versions import DEFAULT_SOFTWARE_TAGS, SoftwareTags
 from gateway.interceptors.describe_cluster import (
     add_software_per_broker,
     read_software_per_broker,
     strip_software_per_broker,
 )
+from gateway.protocol._codec import decode_response, encode_response
+from gateway.protocol._tagged import strip_unknown_tags
 from gateway.versions import BrokerSoftware
 
 

@@ -60,9 +60,9 @@ from tests.unit._kio_samples import sample
 from tests.unit.gateway.interceptors.test_addresses import ENDPOINTS, NODE_ENDPOINT_CASES
 from tests.unit.gateway.interceptors.test_addresses import fetch_response as fetch_response_with
 from tests.unit.gateway.interceptors.test_addresses import produce_response as produce_response_with
-from tests.unit.gateway.interceptors.test_tagged import encode as encode_sample
-from tests.unit.gateway.interceptors.test_tagged import flexible_responses
 from tests.unit.gateway.protocol.test_streams import api_versions, metadata, produce_response
+from tests.unit.gateway.protocol.test_tagged import encode as encode_sample
+from tests.unit.gateway.protocol.test_tagged import flexible_responses
 from tests.unit.gateway.protocol.test_walk import cuts
 
 DESCRIBE_GROUPS, LIST_OFFSETS = 15, 2

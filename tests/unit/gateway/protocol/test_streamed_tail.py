@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from gateway.interceptors._tagged import strip_unknown_tags
 from gateway.interceptors.addresses import PAD_TAGS, rewrite_tail
 from gateway.protocol import (
     Incomplete,
@@ -27,6 +26,7 @@ from gateway.protocol import (
     UnreadableResponse,
     read_tagged_fields,
 )
+from gateway.protocol._tagged import strip_unknown_tags
 from gateway.protocol._walk import tags_offset
 from tests.unit._kafka import (
     RECORDS,

@@ -37,7 +37,7 @@ from gateway.protocol._walk import (
     tail_program,
 )
 from tests.unit._kio_samples import sample
-from tests.unit.gateway.interceptors.test_tagged import encode, flexible_responses
+from tests.unit.gateway.protocol.test_tagged import encode, flexible_responses
 
 Outcome = int | type[Exception]
 

@@ -21,14 +21,14 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta, i64
 
-from gateway.interceptors._tagged import (
+from gateway.protocol import Malformed
+from gateway.protocol._apis import has_schema
+from gateway.protocol._tagged import (
     read_top_level_tags,
     splice_tagged_fields,
     strip_unknown_tags,
     top_level_tags_offset,
 )
-from gateway.protocol import Malformed
-from gateway.protocol._apis import has_schema
 from tests.unit._kio_samples import sample
 
 

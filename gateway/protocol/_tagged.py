@@ -17,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..protocol._apis import response_schema
-from ..protocol._walk import layout, skip_tagged_fields, tags_offset
-from ..protocol._wire import (
+from ._apis import response_schema
+from ._codec import decode_response
+from ._walk import layout, skip_tagged_fields, tags_offset
+from ._wire import (
     Incomplete,
     Malformed,
     read_tagged_fields,
     write_tagged_fields,
 )
-from ._codec import decode_response
 
 
 def top_level_tags_offset(api_key: int, version: int, body: bytes | memoryview) -> int:

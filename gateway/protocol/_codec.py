@@ -12,9 +12,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import compact_array_reader, legacy_array_reader
 from kio.serial.writers import compact_array_writer, legacy_array_writer
 
-from ..protocol._apis import request_schema, response_schema
-from ..protocol._walk import measure, unwrap_optional
-from ..protocol._wire import Incomplete, Malformed
+from ._apis import request_schema, response_schema
+from ._walk import measure, unwrap_optional
+from ._wire import Incomplete, Malformed
 
 __all__ = [
     "decode_request",
