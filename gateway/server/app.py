@@ -19,7 +19,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .. import __version__
-from ..clients import ClientInfo, ConnectionRegistry
+from ..client_info import ClientInfo
+from ..clients import ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.znode import Registration
 from ..interceptors import dispatch

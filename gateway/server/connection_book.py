@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..clients import ClientInfo, ConnectionRegistry
+from ..client_info import ClientInfo
+from ..clients import ConnectionRegistry
 from ..observability.metrics import Metrics
 from .limits import ConnectionLimits
 from .proxy import ClientConnection
