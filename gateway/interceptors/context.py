@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
-from ..clients import ClientInfo, ConnectionRegistry
+from ..client_info import ClientInfo
+from ..clients import ConnectionRegistry
 from ..config import Config, HostPort
 from ..features.catalogue import Catalogue
 from ..features.report import FeatureReport

@@ -352,7 +352,7 @@ class Metrics:
     ) -> None:
         """Count one refused request or frame under its reason, API key and version
         (bounded as the traffic counters bound them) and the client's labels; tell its
-        identity record (``info``: the connection's ``clients.ClientInfo``, or None)."""
+        identity record (``info``: the connection's ``client_info.ClientInfo``, or None)."""
         key, version = api_labels(api_key, api_version)
         software = info.labels if info is not None else (UNKNOWN, UNKNOWN)
         self.rejected.labels(

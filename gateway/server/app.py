@@ -19,24 +19,17 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .. import __version__
-from ..bridge.hook import PolicyFileError, reload_policy
-from ..clients import ClientInfo, ConnectionRegistry
-from ..config import Config, ConfigError, HostPort, reloaded
-from ..features.catalogue import CatalogueError
+from ..client_info import ClientInfo
+from ..clients import ConnectionRegistry
+from ..config import Config, HostPort
 from ..features.znode import Registration
 from ..interceptors import dispatch
 from ..interceptors.api_versions import SoftwareTags
-from ..kafka_client import probe_api_versions
-from ..observability.logging import RateLimitedLogger, RequestLog, get_logger
+from ..observability.logging import RequestLog, get_logger
 from ..observability.metrics import Metrics
 from ..observability.release_watch import ReleaseWatch
-from ..tls import (
-    TlsSetupError,
-    client_side_context,
-    reload_client_chain,
-    upstream_context,
-    upstream_server_hostname,
-)
+from ..tls import client_side_context, upstream_context, upstream_server_hostname
+from .connection_book import ConnectionBook
 from .features import FeatureGate
 from .handover_workers import answer_supervisor
 from .http import check_route, json_route, metrics_route, serve_http
@@ -46,21 +39,22 @@ from .listeners import Listeners
 from .loop_lag import LoopLagMonitor
 from .negotiation import Negotiation
 from .proxy import ClientConnection
+from .reload import reload_in_place
 from .routing import ClusterRouter, SidecarRouter
 from .sni import SniRouter
+from .upstream_probes import UpstreamProbes
 from .upstream_recheck import UpstreamRecheck
-from .upstream_watch import UpstreamWatch
 from .withdrawn import renegotiate_all
 from .worker_role import WorkerRole
 
 log = get_logger("gateway.server")
-limited = RateLimitedLogger("gateway.server")
 
 
 class Gateway(Negotiation, Listeners):
     """One gateway process (or one worker of a supervisor): its roles are negotiation
     (``negotiation``), listeners (``listeners``), and here start-up, health, feature
-    gating, connection bookkeeping and shutdown."""
+    gating and shutdown. Parts it holds: the connection records (``connection_book``),
+    the upstream probes (``upstream_probes``); SIGHUP's rule is ``reload``'s."""
 
     def __init__(
         self, config: Config, metrics: Metrics | None = None, worker: WorkerRole | None = None
@@ -98,6 +92,7 @@ class Gateway(Negotiation, Listeners):
         self.limits = ConnectionLimits(config, self.metrics, counts=counts)
         if worker is not None:
             self.limits.share_budget(worker.count)
+        self.book = ConnectionBook(self.connections, self.registry, self.metrics, self.limits)
         self._limits_task: asyncio.Task[None] | None = None
         port = config.advertised_listen_port
         self.gateway_id = config.gateway_id or f"{config.advertised}:{port}"
@@ -105,7 +100,7 @@ class Gateway(Negotiation, Listeners):
         if worker is not None:
             self.features.registers = False
             self.features.refuse_at_startup = False
-        self.metrics.traffic.refresh = self._fold_live_connections
+        self.metrics.traffic.refresh = self.book.fold
         self.started = False
         # Set once every listener (clients, metrics) is bound and serving: the command
         # line prints its "is up" banner then, not before (gateway.cli).
@@ -115,8 +110,6 @@ class Gateway(Negotiation, Listeners):
             self.metrics.event_loop_lag, self.metrics.event_loop_lag_busy
         )
         self.stopping = False
-        # /readyz's check of the upstream, in the process that serves /readyz only.
-        self.upstream_watch: UpstreamWatch | None = None
         self.request_log = (
             RequestLog(config.log_requests, config.log_request_level)
             if config.log_requests > 0
@@ -129,6 +122,15 @@ class Gateway(Negotiation, Listeners):
         # including the start-up probe (None: plaintext on that side).
         self.client_tls = client_side_context(config)
         self.upstream_tls = upstream_context(config)
+        # The start-up probe of the upstream, and /readyz's check of it.
+        self.probes = UpstreamProbes(
+            config,
+            self.metrics,
+            self.upstream_tls,
+            learn=self.advertised_ranges,
+            observe=self.features.observe_broker,
+            spawn=self._spawn,
+        )
         # [sni]: the one TLS listener routes each connection by its server name.
         self.sni: SniRouter | None = None
         if config.sni_broker_host is not None and isinstance(self.router, ClusterRouter):
@@ -175,7 +177,7 @@ class Gateway(Negotiation, Listeners):
                     "/metrics": metrics_route(self.metrics.registry),
                     "/healthz": check_route(self.health),
                     "/readyz": check_route(self.readiness),
-                    "/connections": json_route(self.connections_snapshot),
+                    "/connections": json_route(self.book.snapshot),
                     "/clients": json_route(self.clients_snapshot),
                 },
             )
@@ -192,7 +194,7 @@ class Gateway(Negotiation, Listeners):
             recheck = UpstreamRecheck(self, lambda: self.connections, check_ms / 1000)
             self._spawn(recheck.run())
         if self.worker is None:
-            self.watch_upstream()
+            self.probes.watch_upstream()
         else:
             http_port = self._http.sockets[0].getsockname()[1] if self._http else None
             self.worker.ready(http_port)
@@ -207,7 +209,7 @@ class Gateway(Negotiation, Listeners):
         refuse to start). A supervisor runs only this, then registers."""
         upstream = self.config.upstream
         assert upstream is not None
-        await self.probe_upstream(upstream)
+        await self.probes.at_startup(upstream)
         await self.features.start()
 
     async def _watch_supervisor(self, worker: WorkerRole) -> None:
@@ -235,61 +237,10 @@ class Gateway(Negotiation, Listeners):
             return False, "draining"
         if not self.features.compatible:
             return False, "not accepting connections: incompatible finalized feature levels"
-        ok, why = self.upstream_readiness()
+        ok, why = self.probes.readiness()
         if not ok:
             return False, why
         return True, "ready"
-
-    def watch_upstream(self) -> None:
-        """Check the upstream for /readyz every readiness_upstream_check_ms (a single
-        gateway, or a supervisor's control plane; not the workers)."""
-        upstream, interval_ms = self.config.upstream, self.config.readiness_upstream_check_ms
-        if upstream is None or interval_ms == 0 or self.config.metrics_listen is None:
-            return
-        tls, hostname = self.upstream_tls, self.upstream_server_hostname(upstream)
-
-        async def probe() -> None:
-            _, features = await probe_api_versions(upstream.host, upstream.port, tls, hostname)
-            # A supervisor learns nothing from client connections (its workers do): this
-            # keeps its registration's and metric's broker levels current.
-            self.features.observe_broker(str(upstream), features)
-
-        self.upstream_watch = UpstreamWatch(
-            upstream,
-            probe,
-            interval_ms / 1000,
-            self.config.upstream_connect_timeout_s,
-            on_error=self.metrics.upstream_connect_errors.labels(str(upstream)).inc,
-        )
-        self._spawn(self.upstream_watch.run())
-
-    def upstream_readiness(self) -> tuple[bool, str]:
-        return self.upstream_watch.readiness() if self.upstream_watch else (True, "")
-
-    async def probe_upstream(self, upstream: HostPort) -> None:
-        """Learn the upstream's ApiVersions before clients come (feature support, the
-        startup check, the registration). A broker that is down now is not fatal: the
-        first client connection will learn the same."""
-        try:
-            ranges, features = await asyncio.wait_for(
-                probe_api_versions(
-                    upstream.host,
-                    upstream.port,
-                    self.upstream_tls,
-                    self.upstream_server_hostname(upstream),
-                ),
-                self.config.upstream_connect_timeout_s,
-            )
-        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
-            self.metrics.upstream_connect_errors.labels(str(upstream)).inc()
-            log.warning(
-                "upstream.probe_failed",
-                upstream=str(upstream),
-                error=str(exc) or type(exc).__name__,
-                consequence="feature support is learned from the first client connection",
-            )
-            return
-        self.advertised_ranges(upstream, ranges, upstream_features=features)
 
     # -- feature gating --------------------------------------------------------------
     def registration(self) -> Registration:
@@ -334,42 +285,10 @@ class Gateway(Negotiation, Listeners):
 
     # -- connections -----------------------------------------------------------------
     def connection_opened(self, conn: ClientConnection) -> ClientInfo:
-        self.connections.add(conn)
-        info = self.registry.add(conn.peer, conn.listener, principal=conn.principal)
-        self.metrics.connections_total.labels(conn.listener).inc()
-        self.metrics.connections_active.labels(conn.listener, *info.labels).inc()
-        if self.stopping:
-            # Accepted as the listeners closed, after shutdown drained the others: closed
-            # as they were, not left open until drain_timeout_s.
-            conn.drain()
-        return info
+        return self.book.opened(conn, stopping=self.stopping)
 
     def connection_closed(self, conn: ClientConnection) -> None:
-        if conn in self.connections:
-            self.connections.discard(conn)
-            self.limits.charge(conn.budget, conn.budget.charged, 0)
-            conn.traffic.fold()
-            login = conn.inflight.sasl.login
-            if login is not None:
-                # Closed mid-login (Kafka closes on a failed v0 login): said, no principal.
-                login.abandon()
-            if conn.info is not None:
-                self.metrics.connections_active.labels(conn.listener, *conn.info.labels).dec()
-                if conn.info.bridged:
-                    self.metrics.bridge.connections.dec()
-                self.registry.remove(conn.info.connection_id)
-        # Also a connection closed before it was served (held by the throttle).
-        self.limits.release(conn.budget)
-
-    def connections_snapshot(self) -> list[dict[str, Any]]:
-        """/connections: the registry, each connection's counts brought up to date."""
-        for conn in self.connections:
-            conn.traffic.sync()
-        return self.registry.snapshot()
-
-    def _fold_live_connections(self) -> None:
-        for conn in list(self.connections):
-            conn.traffic.fold()
+        self.book.closed(conn)
 
     # -- lifecycle -------------------------------------------------------------------
     async def serve_forever(self) -> None:
@@ -399,28 +318,10 @@ class Gateway(Negotiation, Listeners):
         await self.shutdown()
 
     def reload(self) -> None:
-        """SIGHUP: re-read the TLS certificate files and the feature catalogue;
-        connections stay up. A file that does not load keeps the old one."""
-        try:
-            if self.client_tls is not None:
-                reload_client_chain(self.client_tls, self.config)
-            catalogue_changed = self.features.reload_catalogue()
-            target = reloaded("upgrade_target_release", self.release_watch.release)
-            self.release_watch.set_release(target)
-            bridge_policy_changed = reload_policy(self.config)
-        except (TlsSetupError, CatalogueError, ConfigError, PolicyFileError) as exc:
-            self.metrics.config_reloads.labels("failed").inc()
-            key = "features.catalogue" if isinstance(exc, CatalogueError) else exc.key
-            limited.error("gateway.reload_failed", key=key, reason=str(exc), kept="old")
-            return
-        self.metrics.config_reloads.labels("ok").inc()
-        log.info(
-            "gateway.reload",
-            result="ok",
-            tls_cert=self.config.tls_cert,
-            catalogue_changed=catalogue_changed,
-            upgrade_target_release=self.release_watch.release,
-            bridge_policy_changed=bridge_policy_changed,
+        """SIGHUP: re-read the TLS certificate files, the feature catalogue, the target
+        release and the bridge policy (``reload``); connections stay up."""
+        reload_in_place(
+            self.config, self.metrics, self.client_tls, self.features, self.release_watch
         )
 
     def clients_snapshot(self) -> list[dict[str, Any]]:
@@ -437,13 +338,7 @@ class Gateway(Negotiation, Listeners):
         self.stopping = True  # readiness flips first
         for server in self._servers.values():
             server.close()
-        for conn in list(self.connections):
-            conn.drain()
-        deadline = asyncio.get_running_loop().time() + self.config.drain_timeout_s
-        while self.connections and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
-        for conn in list(self.connections):
-            conn.abort()
+        await self.book.drain(self.config.drain_timeout_s)
         await self.features.stop()
         self.loop_lag.stop()
         if self._limits_task is not None:

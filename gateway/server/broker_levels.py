@@ -15,8 +15,8 @@ Two uses (``FeatureGate`` holds one ``BrokerLevels`` and calls ``adopt_levels``)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from kazoo.exceptions import KazooException
 
@@ -29,6 +29,7 @@ from ..observability.logging import RateLimitedLogger, get_logger
 if TYPE_CHECKING:
     from ..features.store import FeatureStore
     from ..observability.metrics import Metrics
+    from .zookeeper_session import ZooKeeperSession
 
 log = get_logger("gateway.features")
 limited = RateLimitedLogger("gateway.features")
@@ -130,13 +131,9 @@ class BrokerAdoption:
     catalogue: Catalogue
     finalized: Finalized
     supported: dict[str, VersionRange] | None
-    _store: FeatureStore | None
-    _loop: asyncio.AbstractEventLoop | None
+    session: ZooKeeperSession
 
-    def _schedule_register(self) -> None: ...
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
     def _apply(self, finalized: Finalized, *, startup: bool = False) -> None: ...
-    def _gateway_id(self) -> str: ...
 
     def observe_broker(self, upstream: str, features: FeatureReport) -> None:
         """What ``upstream`` finalized (each of its answers; a supervisor's readiness
@@ -146,23 +143,22 @@ class BrokerAdoption:
         if changed is None:
             return
         if changed:
-            self._schedule_register()
-        if self._loop is None:
+            self.session.schedule_register()
+        if self.session.loop is None:
             return  # not started, or gating off: the store's levels are not known (yet)
         self.brokers.compare(self.finalized.levels, self.supported or {}, self.catalogue)
         found = self.brokers.take_adoption(self.supported)
         if found is not None:
-            self._spawn(self._adopt_later(found))
+            self.session.spawn(self._adopt_later(found))
 
     async def _adopt(self, found: tuple[str, FeatureReport] | None) -> Finalized | None:
         """Adopt ``found`` (upstream, answer); what the store holds after, or None."""
-        if found is None or self._store is None:
+        store = self.session.store
+        if found is None or store is None:
             return None
-        who = {"principal": "kafka-gateway", "address": self._gateway_id()}
+        who = {"principal": "kafka-gateway", "address": self.session.gateway_id()}
         try:
-            return await adopt_levels(
-                self._store, *found, self.catalogue, self.supported or {}, who
-            )
+            return await adopt_levels(store, *found, self.catalogue, self.supported or {}, who)
         except KazooException as exc:
             # Not retried: the operator can finalize by hand, and the metric and the
             # broker_ahead line say what is withheld meanwhile.

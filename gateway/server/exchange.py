@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from ..clients import ClientInfo
+from ..client_info import ClientInfo
 from ..config import HostPort
 from ..features.report import FeatureReport
 from ..interceptors import dispatch

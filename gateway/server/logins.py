@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..clients import ClientInfo, ConnectionRegistry
+from ..client_info import ClientInfo
+from ..clients import ConnectionRegistry
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..principal import PRINCIPAL_TYPE
 from ..protocol import AUTHENTICATED, FAILED, SaslLogin

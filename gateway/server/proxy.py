@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from ..clients import ClientInfo
+from ..client_info import ClientInfo
 from ..config import HostPort
 from ..features.report import NO_FEATURES, FeatureReport
 from ..interceptors import dispatch

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ssl
 from typing import NamedTuple, Protocol
 
-from ..clients import ClientInfo
+from ..client_info import ClientInfo
 from ..config import HostPort
 from ..features.report import FeatureReport
 from ..interceptors.context import GatewayView

@@ -149,7 +149,7 @@ class Supervisor(OperatorEndpoint):
             raise
         self.started = True
         self.serving.set()
-        self.control.watch_upstream()
+        self.control.probes.watch_upstream()
         log.info(
             "gateway.supervising",
             workers=len(self.slots),
@@ -318,7 +318,7 @@ class Supervisor(OperatorEndpoint):
         assert upstream is not None
         while self.control.features.supported is None and not self.stopping:
             await asyncio.sleep(5.0)
-            await self.control.probe_upstream(upstream)
+            await self.control.probes.at_startup(upstream)
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -69,7 +69,7 @@ class OperatorEndpoint:
             return False, "not accepting connections: incompatible finalized feature levels"
         if not ready:
             return False, "no worker is serving"
-        ok, why = self.control.upstream_readiness()
+        ok, why = self.control.probes.readiness()
         if not ok:
             return False, why
         return True, f"ready ({ready}/{len(self.slots)} workers)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..clients import ClientInfo
+from ..client_info import ClientInfo
 from ..protocol import InFlight, InFlightRequest, RequestReader, answered_fields
 from .reads import lane
 from .services import GatewayServices

@@ -347,8 +347,9 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
 
         gate = FeatureGate(config, Metrics(), lambda: None, registration)
         await gate.start()
-        assert gate._store is not None and gate._client is not None
-        real_register = gate._store.register
+        session = gate.session
+        assert session.store is not None and session.client is not None
+        real_register = session.store.register
         calls: list[Registration] = []
 
         def flaky(reg: Registration) -> None:
@@ -357,8 +358,8 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
                 raise ConnectionLoss()
             real_register(reg)
 
-        gate._store.register = flaky  # type: ignore[method-assign]
-        session = gate._client.client_id
+        session.store.register = flaky  # type: ignore[method-assign]
+        client_id = session.client.client_id
         try:
             # Learning the upstream's versions is what makes the gateway register.
             gate.set_available("127.0.0.1:2", {3: (0, 12), 18: (0, 3), 60: (0, 1)})
@@ -366,14 +367,14 @@ def test_a_registration_lost_with_its_connection_is_retried_when_the_session_res
             assert store.registrations() == []
 
             zookeeper.stop()
-            await _until(lambda: not gate._connected, "disconnect seen")
+            await _until(lambda: not session.connected, "disconnect seen")
             zookeeper.start()
             await _until(
                 lambda: [r.gateway_id for r in store.registrations()] == ["gw-r"],
                 "registration after reconnect",
                 timeout=60,
             )
-            assert gate._client.client_id == session  # resumed, not a new session
+            assert session.client.client_id == client_id  # resumed, not a new session
             assert len(calls) == 2
         finally:
             await gate.stop()

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gateway.clients import ClientInfo, ConnectionRegistry
+from gateway.client_info import ClientInfo
+from gateway.clients import ConnectionRegistry
 
 
 class Clock:

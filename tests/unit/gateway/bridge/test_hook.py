@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.bridge import hook
 from gateway.bridge.messages import decode, encode
-from gateway.clients import ClientInfo
+from gateway.client_info import ClientInfo
 from gateway.config import Config
 from gateway.kafka_client import request_frame
 from gateway.observability.metrics import Metrics
