@@ -1,0 +1,301 @@
+// Command gatewaysarama drives IBM/sarama, pinned to an old Kafka release with -version,
+// against a Kafka address (normally a kafka-gateway) for the project's integration tests
+// of the version bridge: sarama picks each request's version from that release alone.
+//
+// Every subcommand prints JSON lines on stdout, one object per event, each with an
+// "event" field; keys and values are base64 (JSON's []byte), a null key is null. On
+// failure an {"event":"error",...} line ends the output and the exit code is 1.
+// The Python side (tests/harness/go_clients.py) builds and runs it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// options are the flags shared by all subcommands (each uses the ones it needs).
+type options struct {
+	bootstrap   string
+	topic       string
+	group       string
+	prefix      string
+	version     sarama.KafkaVersion
+	compression sarama.CompressionCodec
+	apiVersions bool
+	count       int
+	linger      time.Duration
+	timeout     time.Duration
+
+	out *json.Encoder
+}
+
+var commands = map[string]func(ctx context.Context, o *options) error{
+	"produce": runProduce,
+	"consume": runConsume,
+	"group":   runGroup,
+}
+
+// emit prints one JSON line with the given event name and fields.
+func (o *options) emit(event string, fields map[string]any) {
+	line := map[string]any{"event": event}
+	for k, v := range fields {
+		line[k] = v
+	}
+	if err := o.out.Encode(line); err != nil {
+		fmt.Fprintln(os.Stderr, "gatewaysarama: cannot write output:", err)
+		os.Exit(2)
+	}
+}
+
+// config is a sarama config at -version with short timeouts (a broken gateway should fail
+// a test in seconds) and few retries (a refused request should not be retried for long).
+func (o *options) config() *sarama.Config {
+	c := sarama.NewConfig()
+	c.Version = o.version
+	c.ClientID = "gatewaysarama"
+	c.ApiVersionsRequest = o.apiVersions
+	c.Net.DialTimeout = 5 * time.Second
+	c.Net.ReadTimeout = 10 * time.Second
+	c.Net.WriteTimeout = 10 * time.Second
+	c.Metadata.Retry.Max = 3
+	c.Metadata.Retry.Backoff = 250 * time.Millisecond
+	return c
+}
+
+// record is a produced or consumed record as printed.
+func record(m *sarama.ConsumerMessage) map[string]any {
+	return map[string]any{
+		"partition":       m.Partition,
+		"offset":          m.Offset,
+		"key":             m.Key,
+		"value":           m.Value,
+		"timestamp_ms":    m.Timestamp.UnixMilli(),
+		"block_timestamp": m.BlockTimestamp.UnixMilli(),
+	}
+}
+
+func parseCodec(name string) (sarama.CompressionCodec, error) {
+	var codec sarama.CompressionCodec
+	err := codec.UnmarshalText([]byte(name))
+	return codec, err
+}
+
+func main() {
+	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
+		fmt.Fprintln(os.Stderr, "usage: gatewaysarama produce|consume|group -bootstrap host:port -topic t [flags]")
+		os.Exit(2)
+	}
+	o := &options{out: json.NewEncoder(os.Stdout)}
+	var version, codec string
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	fs.StringVar(&o.bootstrap, "bootstrap", "127.0.0.1:9092", "bootstrap servers (comma separated)")
+	fs.StringVar(&o.topic, "topic", "", "topic")
+	fs.StringVar(&o.group, "group", "", "group: the consumer group")
+	fs.StringVar(&o.prefix, "prefix", "v", "produce: keys and values start with it")
+	fs.StringVar(&version, "version", "0.8.2.0", "the Kafka release sarama speaks to (sarama.Version)")
+	fs.StringVar(&codec, "compression", "none", "produce: none, gzip, snappy, lz4 or zstd")
+	fs.BoolVar(&o.apiVersions, "api-versions", true, "send ApiVersions on each connection (sarama's ApiVersionsRequest)")
+	fs.IntVar(&o.count, "count", 10, "produce: records to send; consume, group: records to read")
+	fs.DurationVar(&o.linger, "linger", time.Second, "consume: how long to wait past -count for more (a duplicate)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound for the whole command")
+	if err := fs.Parse(os.Args[2:]); err != nil {
+		os.Exit(2)
+	}
+	var err error
+	if o.version, err = sarama.ParseKafkaVersion(version); err == nil {
+		o.compression, err = parseCodec(codec)
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		err = commands[os.Args[1]](ctx, o)
+		cancel()
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (timeout %s)", err, o.timeout)
+		}
+		o.emit("error", map[string]any{"error": err.Error()})
+		os.Exit(1)
+	}
+}
+
+// keyValue is the i-th record produce sends: a null key now and then, values of several
+// sizes with bytes of every kind (NUL, 0xff, invalid UTF-8), so a byte changed anywhere shows.
+func keyValue(prefix string, i int) ([]byte, []byte) {
+	var key []byte
+	if i%9 != 4 {
+		key = []byte(fmt.Sprintf("%s-key-%d", prefix, i))
+	}
+	value := []byte(strings.Repeat(fmt.Sprintf("%s-value-%d-", prefix, i), 1+i%5))
+	value = append(value, 0x00, 0xff, byte(i), 0xc3)
+	return key, value
+}
+
+// runProduce sends -count records to partition 0 of -topic with acks=all, as one
+// SendMessages call (so they share compressed wrappers), and prints each as produced.
+func runProduce(ctx context.Context, o *options) error {
+	c := o.config()
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	c.Producer.Return.Successes = true
+	c.Producer.Compression = o.compression
+	c.Producer.Partitioner = sarama.NewManualPartitioner
+	c.Producer.Retry.Max = 2
+	c.Producer.Flush.Messages = 50
+	c.Producer.Flush.Frequency = 20 * time.Millisecond
+	producer, err := sarama.NewSyncProducer(strings.Split(o.bootstrap, ","), c)
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	messages := make([]*sarama.ProducerMessage, o.count)
+	for i := range messages {
+		key, value := keyValue(o.prefix, i)
+		m := &sarama.ProducerMessage{Topic: o.topic, Partition: 0, Value: sarama.ByteEncoder(value)}
+		if key != nil {
+			m.Key = sarama.ByteEncoder(key)
+		}
+		messages[i] = m
+	}
+	done := make(chan error, 1)
+	go func() { done <- producer.SendMessages(messages) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err != nil {
+		return err
+	}
+	for i, m := range messages {
+		key, value := keyValue(o.prefix, i)
+		o.emit("produced", map[string]any{
+			"partition": m.Partition, "offset": m.Offset, "key": key, "value": value,
+		})
+	}
+	return nil
+}
+
+// runConsume reads partition 0 of -topic from its oldest offset: -count records, then
+// -linger longer for any beyond them.
+func runConsume(ctx context.Context, o *options) error {
+	c := o.config()
+	c.Consumer.Return.Errors = true
+	consumer, err := sarama.NewConsumer(strings.Split(o.bootstrap, ","), c)
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+	partition, err := consumer.ConsumePartition(o.topic, 0, sarama.OffsetOldest)
+	if err != nil {
+		return err
+	}
+	defer partition.Close()
+	got := 0
+	var linger <-chan time.Time
+	for {
+		select {
+		case m := <-partition.Messages():
+			o.emit("consumed", record(m))
+			if got++; got == o.count {
+				linger = time.After(o.linger)
+			}
+		case err := <-partition.Errors():
+			return err
+		case <-linger:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d records: %w", got, o.count, ctx.Err())
+		}
+	}
+}
+
+// taker is the group's handler: it marks -count records, commits exactly them and ends
+// the session; records past them in the same claim are left for the next member.
+type taker struct {
+	o      *options
+	want   int
+	got    int
+	done   chan struct{}
+	closed bool
+}
+
+func (t *taker) Setup(s sarama.ConsumerGroupSession) error {
+	t.o.emit("assigned", map[string]any{"claims": s.Claims(), "generation": s.GenerationID()})
+	return nil
+}
+
+func (t *taker) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+func (t *taker) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case m, ok := <-claim.Messages():
+			if !ok || t.got >= t.want {
+				return nil
+			}
+			t.o.emit("consumed", record(m))
+			s.MarkMessage(m, "")
+			if t.got++; t.got == t.want {
+				s.Commit()
+				if !t.closed {
+					t.closed = true
+					close(t.done)
+				}
+				return nil
+			}
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
+// runGroup joins -group on -topic (offsets from the oldest where the group has none),
+// reads -count records, commits them (no auto-commit) and leaves.
+func runGroup(ctx context.Context, o *options) error {
+	c := o.config()
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	c.Consumer.Offsets.AutoCommit.Enable = false
+	c.Consumer.Group.Session.Timeout = 10 * time.Second
+	c.Consumer.Group.Heartbeat.Interval = time.Second
+	c.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	c.Consumer.Return.Errors = true
+	group, err := sarama.NewConsumerGroup(strings.Split(o.bootstrap, ","), o.group, c)
+	if err != nil {
+		return err
+	}
+	t := &taker{o: o, want: o.count, done: make(chan struct{})}
+	session, stop := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	go func() {
+		for session.Err() == nil {
+			if err := group.Consume(session, []string{o.topic}, t); err != nil {
+				failed <- err
+				return
+			}
+		}
+	}()
+	select {
+	case <-t.done:
+		err = nil
+	case err = <-failed:
+	case err = <-group.Errors():
+	case <-ctx.Done():
+		err = fmt.Errorf("%d of %d records: %w", t.got, t.want, ctx.Err())
+	}
+	stop()
+	if closeErr := group.Close(); err == nil && closeErr != nil {
+		err = closeErr
+	}
+	if err == nil {
+		o.emit("committed", map[string]any{"records": t.got})
+	}
+	return err
+}

@@ -1,0 +1,212 @@
+"""The version bridge with IBM/sarama (Go) pinned to old Kafka releases, against Kafka 4.4
+(the session's ``apache_kafka``): sarama picks every request's version from its
+``Config.Version`` alone, so at 0.8.2 it produces with Produce v0 (magic 0 message sets)
+and fetches with Fetch v0, and at 0.10.2 its consumer group fetches with Fetch v3
+(magic 1) and commits with OffsetCommit v2. Through the gateway every record arrives
+once, byte-identical, with each codec; direct to the broker the same client fails (the
+control). The Go program: tests/clients/go-sarama, built by tests/harness/go_clients.py.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.go_clients import SARAMA, GoClient, GoMissing, GoRun, build
+from tests.harness.old_clients import OldClient
+from tests.integration.test_bridge import bridging, direct_address, metrics_text
+from tests.integration.test_client_identities import samples
+from tests.integration.test_clients import DRIVERS
+
+RECORDS = 200
+#: Each sarama run bounds itself by this; a broken bridge fails a test in seconds.
+RUN_TIMEOUT_S = 30.0
+CODECS = ["none", "gzip", "snappy", "lz4"]
+OLD_PRODUCER = "0.8.2.0"
+GROUP_VERSION = "0.10.2.0"  # sarama's consumer groups need 0.10.2 or later
+
+#: sarama 1.61 sends ApiVersions v3 on every connection (KIP-511) and still picks each
+#: request's version from Config.Version; sarama releases before that sent none, and
+#: neither do they here with ApiVersionsRequest off. The gateway tells a v3 asker the
+#: broker's own ranges, so the bridge must carry both the same.
+API_VERSIONS = [False, True]
+API_VERSIONS_IDS = ["no-ApiVersions", "ApiVersions-v3"]
+
+Read = tuple[int, bytes | None, bytes]  # (offset, key, value)
+
+
+@pytest.fixture(scope="module")
+def sarama() -> Iterator[Path]:
+    """The built ``gatewaysarama`` (skips without ``go``)."""
+    try:
+        yield build(SARAMA)
+    except GoMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture
+def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
+    return bridging(gateway_factory, apache_kafka)
+
+
+def _producer_version(codec: str) -> str:
+    # sarama refuses LZ4 below 0.10 (its config check: Kafka 0.8/0.9's LZ4 framing was
+    # broken), so an old sarama sends LZ4 as 0.10.0 does: Produce v2, magic 1.
+    return "0.10.0.0" if codec == "lz4" else OLD_PRODUCER
+
+
+def _reads(run: GoRun, event: str) -> list[Read]:
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else base64.b64decode(text)
+
+    out = []
+    for e in run.of(event):
+        value = raw(e["value"])
+        assert value is not None
+        out.append((e["offset"], raw(e["key"]), value))
+    return out
+
+
+def _produce(
+    binary: Path, bootstrap: str, topic: str, codec: str, api_versions: bool
+) -> list[Read]:
+    run = GoClient(binary, bootstrap).run(
+        "produce",
+        timeout_s=RUN_TIMEOUT_S,
+        topic=topic,
+        count=RECORDS,
+        version=_producer_version(codec),
+        compression=codec,
+        prefix=f"sarama-{codec}",
+        api_versions=api_versions,
+    )
+    produced = _reads(run, "produced")
+    assert [o for o, _, _ in produced] == list(range(RECORDS))
+    assert 0 < sum(k is None for _, k, _ in produced) < RECORDS  # null keys among them
+    return produced
+
+
+@pytest.mark.parametrize("api_versions", API_VERSIONS, ids=API_VERSIONS_IDS)
+@pytest.mark.parametrize("codec", CODECS)
+def test_old_sarama_produces_and_reads_back_across_kafka_4(
+    bridged: GatewayProcess, sarama: Path, unique_topic: str, codec: str, api_versions: bool
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    produced = _produce(sarama, bridged.bootstrap, unique_topic, codec, api_versions)
+    client = GoClient(sarama, bridged.bootstrap)
+    # Fetch v3 (magic 1) and Fetch v0 (magic 0): 200 of 200, byte-identical, and nothing
+    # past them in the second after (a duplicate).
+    fetched = {}
+    for version in (GROUP_VERSION, OLD_PRODUCER):
+        run = client.run(
+            "consume",
+            check=False,
+            timeout_s=RUN_TIMEOUT_S if version == GROUP_VERSION else 10.0,
+            topic=unique_topic,
+            count=RECORDS,
+            version=version,
+            api_versions=api_versions,
+        )
+        fetched[version] = run
+    assert _reads(fetched[GROUP_VERSION], "consumed") == produced, fetched[GROUP_VERSION]
+    magic0 = fetched[OLD_PRODUCER]
+    if codec == "lz4":
+        # Magic 0's LZ4 is Kafka's own framing, whose header checksum is wrong (KAFKA-3160);
+        # the bridge writes it as Kafka does, and sarama refuses it here as it refuses
+        # Kafka 3.9's own answer to the same fetch.
+        assert magic0.returncode != 0 and not magic0.of("consumed"), magic0
+        assert "lz4: invalid header checksum" in magic0.one("error")["error"], magic0
+    else:
+        assert _reads(magic0, "consumed") == produced, magic0
+    # The broker stored record batches that a modern client reads as they were sent.
+    modern = OldClient("kafka-python-modern", "kafka-python")
+    got = modern.consume_records(bridged.bootstrap, unique_topic, RECORDS, linger_s=1.0)
+    assert got == produced
+    produce_from = 2 if codec == "lz4" else 0
+    sent = _sarama_sent(bridged, api_versions)
+    old = {
+        ("Produce", produce_from),
+        ("Metadata", 0),
+        ("Fetch", 0),
+        ("Fetch", 3),
+        ("ListOffsets", 0),
+    }
+    assert old <= sent, sent
+    text = metrics_text(bridged)
+    for api, version in (("Produce", produce_from), ("Fetch", "3"), ("Fetch", "0")):
+        assert f'api="{api}",from_version="{version}"' in text, (api, version)
+    log = bridged.log_text()
+    assert '"request.rejected"' not in log and "rewrite_failed" not in log
+
+
+def _sarama_sent(gw: GatewayProcess, api_versions: bool) -> set[tuple[str, int]]:
+    """(API, version) of each request sarama sent the gateway: under its KIP-511 name, or
+    its client id when it sent no ApiVersions (and then none was sent)."""
+    name = "sarama" if api_versions else "client-id:gatewaysarama"
+    sent = {
+        (s.labels["api"], int(s.labels["api_version"]))
+        for s in samples(gw, "kafka_gateway_requests")
+        if s.labels["client_software_name"] == name
+    }
+    assert (("ApiVersions", 3) in sent) == api_versions, sent
+    return sent
+
+
+def _group(
+    binary: Path, bootstrap: str, topic: str, group: str, count: int, api_versions: bool
+) -> list[Read]:
+    run = GoClient(binary, bootstrap).run(
+        "group",
+        timeout_s=RUN_TIMEOUT_S,
+        topic=topic,
+        group=group,
+        count=count,
+        version=GROUP_VERSION,
+        api_versions=api_versions,
+    )
+    assert run.one("committed")["records"] == count
+    return _reads(run, "consumed")
+
+
+@pytest.mark.parametrize("api_versions", API_VERSIONS, ids=API_VERSIONS_IDS)
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_sarama_group_commits_and_resumes_across_kafka_4(
+    bridged: GatewayProcess, sarama: Path, unique_topic: str, codec: str, api_versions: bool
+) -> None:
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    produced = _produce(sarama, bridged.bootstrap, unique_topic, codec, api_versions)
+    group = f"g-{unique_topic}"
+    half = RECORDS // 2
+    first = _group(sarama, bridged.bootstrap, unique_topic, group, half, api_versions)
+    assert first == produced[:half]
+    # A restart: a new member starts at the committed offset, and reads the rest once.
+    second = _group(sarama, bridged.bootstrap, unique_topic, group, RECORDS - half, api_versions)
+    assert second == produced[half:]
+    sent = _sarama_sent(bridged, api_versions)
+    assert {("JoinGroup", 1), ("SyncGroup", 0), ("OffsetCommit", 2), ("Fetch", 3)} <= sent, sent
+    assert 'api="Fetch",from_version="3"' in metrics_text(bridged)
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+def test_direct_to_kafka_4_old_sarama_fails(
+    apache_kafka: ApacheKafkaBroker, sarama: Path, unique_topic: str
+) -> None:
+    """The control: the same producer, direct, gets nothing acknowledged."""
+    direct = direct_address(apache_kafka)
+    DRIVERS[0].create_topic(direct, unique_topic)
+    run = GoClient(sarama, direct).run(
+        "produce",
+        check=False,
+        timeout_s=15.0,
+        topic=unique_topic,
+        count=10,
+        version=OLD_PRODUCER,
+        compression="none",
+    )
+    assert run.returncode != 0 and not run.of("produced"), run
