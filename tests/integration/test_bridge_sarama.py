@@ -39,6 +39,7 @@ API_VERSIONS = [False, True]
 API_VERSIONS_IDS = ["no-ApiVersions", "ApiVersions-v3"]
 
 Read = tuple[int, bytes | None, bytes]  # (offset, key, value)
+Placed = tuple[int, int, bytes | None, bytes]  # (partition, offset, key, value)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def _producer_version(codec: str) -> str:
     return "0.10.0.0" if codec == "lz4" else OLD_PRODUCER
 
 
-def _reads(run: GoRun, event: str) -> list[Read]:
+def _placed(run: GoRun, event: str) -> list[Placed]:
     def raw(text: str | None) -> bytes | None:
         return None if text is None else base64.b64decode(text)
 
@@ -69,13 +70,22 @@ def _reads(run: GoRun, event: str) -> list[Read]:
     for e in run.of(event):
         value = raw(e["value"])
         assert value is not None
-        out.append((e["offset"], raw(e["key"]), value))
+        out.append((e["partition"], e["offset"], raw(e["key"]), value))
     return out
 
 
-def _produce(
-    binary: Path, bootstrap: str, topic: str, codec: str, api_versions: bool
-) -> list[Read]:
+def _reads(run: GoRun, event: str) -> list[Read]:
+    """The records of a one-partition topic, in order."""
+    placed = _placed(run, event)
+    assert {p for p, _, _, _ in placed} <= {0}, placed
+    return [(o, k, v) for _, o, k, v in placed]
+
+
+def _produce_run(
+    binary: Path, bootstrap: str, topic: str, codec: str, api_versions: bool, spread: bool = False
+) -> list[Placed]:
+    """``RECORDS`` records, to partition 0 or (``spread``) by key hash; each acknowledged
+    once, at the next offset of its partition."""
     run = GoClient(binary, bootstrap).run(
         "produce",
         timeout_s=RUN_TIMEOUT_S,
@@ -85,11 +95,24 @@ def _produce(
         compression=codec,
         prefix=f"sarama-{codec}",
         api_versions=api_versions,
+        hash=spread,
     )
-    produced = _reads(run, "produced")
-    assert [o for o, _, _ in produced] == list(range(RECORDS))
-    assert 0 < sum(k is None for _, k, _ in produced) < RECORDS  # null keys among them
+    produced = _placed(run, "produced")
+    assert len(produced) == RECORDS
+    for partition in {p for p, _, _, _ in produced}:
+        offsets = sorted(o for p, o, _, _ in produced if p == partition)
+        assert offsets == list(range(len(offsets))), partition
+    assert 0 < sum(k is None for _, _, k, _ in produced) < RECORDS  # null keys among them
     return produced
+
+
+def _produce(
+    binary: Path, bootstrap: str, topic: str, codec: str, api_versions: bool
+) -> list[Read]:
+    """``RECORDS`` records to partition 0: offsets 0 to ``RECORDS`` - 1."""
+    produced = _produce_run(binary, bootstrap, topic, codec, api_versions)
+    assert [p for p, _, _, _ in produced] == [0] * RECORDS
+    return [(o, k, v) for _, o, k, v in produced]
 
 
 @pytest.mark.parametrize("api_versions", API_VERSIONS, ids=API_VERSIONS_IDS)
@@ -160,7 +183,8 @@ def _sarama_sent(gw: GatewayProcess, api_versions: bool) -> set[tuple[str, int]]
 
 def _group(
     binary: Path, bootstrap: str, topic: str, group: str, count: int, api_versions: bool
-) -> list[Read]:
+) -> GoRun:
+    """A member of ``group`` that reads ``count`` records, commits them and leaves."""
     run = GoClient(binary, bootstrap).run(
         "group",
         timeout_s=RUN_TIMEOUT_S,
@@ -171,7 +195,7 @@ def _group(
         api_versions=api_versions,
     )
     assert run.one("committed")["records"] == count
-    return _reads(run, "consumed")
+    return run
 
 
 @pytest.mark.parametrize("api_versions", API_VERSIONS, ids=API_VERSIONS_IDS)
@@ -184,14 +208,72 @@ def test_a_sarama_group_commits_and_resumes_across_kafka_4(
     group = f"g-{unique_topic}"
     half = RECORDS // 2
     first = _group(sarama, bridged.bootstrap, unique_topic, group, half, api_versions)
-    assert first == produced[:half]
+    assert _reads(first, "consumed") == produced[:half]
     # A restart: a new member starts at the committed offset, and reads the rest once.
     second = _group(sarama, bridged.bootstrap, unique_topic, group, RECORDS - half, api_versions)
-    assert second == produced[half:]
+    assert _reads(second, "consumed") == produced[half:]
     sent = _sarama_sent(bridged, api_versions)
     assert {("JoinGroup", 1), ("SyncGroup", 0), ("OffsetCommit", 2), ("Fetch", 3)} <= sent, sent
     assert 'api="Fetch",from_version="3"' in metrics_text(bridged)
     assert '"request.rejected"' not in bridged.log_text()
+
+
+def test_a_sarama_group_resumes_every_partition_across_kafka_4(
+    bridged: GatewayProcess, sarama: Path, unique_topic: str
+) -> None:
+    """Three partitions, records spread by key: each bridged Fetch v3 asks for several
+    partitions, each from its own offset, and the restart resumes each where its commit
+    left it; the two members' records together are the produced ones, each once."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bridged.bootstrap})
+    admin.create_topics([NewTopic(unique_topic, 3, 1)])[unique_topic].result(RUN_TIMEOUT_S)
+    produced = _produce_run(sarama, bridged.bootstrap, unique_topic, "snappy", False, spread=True)
+    assert {p for p, _, _, _ in produced} == {0, 1, 2}
+    group = f"g-{unique_topic}"
+    half = RECORDS // 2
+    first = _placed(_group(sarama, bridged.bootstrap, unique_topic, group, half, False), "consumed")
+    rest = RECORDS - half
+    second = _placed(
+        _group(sarama, bridged.bootstrap, unique_topic, group, rest, False), "consumed"
+    )
+    assert sorted(first + second) == sorted(produced)  # all of them, none twice
+    for partition in range(3):
+        # Per partition, in order: the second member began where the first one's commit was.
+        offsets = [o for p, o, _, _ in first + second if p == partition]
+        assert offsets == sorted(offsets), partition
+
+
+def test_sarama_0_8_2_offsets_commit_and_resume_across_kafka_4(
+    bridged: GatewayProcess, sarama: Path, unique_topic: str
+) -> None:
+    """sarama 0.8.2's OffsetManager beside a partition consumer, no group membership: it
+    commits with OffsetCommit v1 (bridged to v2) and a restart resumes where it left."""
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    produced = _produce(sarama, bridged.bootstrap, unique_topic, "gzip", api_versions=False)
+    client = GoClient(sarama, bridged.bootstrap)
+    half = RECORDS // 2
+    runs = []
+    for count in (half, RECORDS - half):
+        runs.append(
+            client.run(
+                "offsets",
+                timeout_s=RUN_TIMEOUT_S,
+                topic=unique_topic,
+                group=f"g-{unique_topic}",
+                count=count,
+                version=OLD_PRODUCER,
+                api_versions=False,
+            )
+        )
+    resumed = [r.one("resumed") for r in runs]
+    assert not resumed[0]["committed"]  # from the oldest: nothing committed yet
+    assert resumed[1]["committed"] and resumed[1]["offset"] == half
+    assert [r.one("committed")["offset"] for r in runs] == [half, RECORDS]
+    assert _reads(runs[0], "consumed") + _reads(runs[1], "consumed") == produced
+    sent = _sarama_sent(bridged, api_versions=False)
+    assert {("OffsetCommit", 1), ("OffsetFetch", 1), ("Fetch", 0)} <= sent, sent
+    assert 'api="OffsetCommit",from_version="1",to_version="2"' in metrics_text(bridged)
 
 
 def test_direct_to_kafka_4_old_sarama_fails(

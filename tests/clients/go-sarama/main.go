@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -30,6 +31,7 @@ type options struct {
 	version     sarama.KafkaVersion
 	compression sarama.CompressionCodec
 	apiVersions bool
+	hash        bool
 	count       int
 	linger      time.Duration
 	timeout     time.Duration
@@ -41,6 +43,7 @@ var commands = map[string]func(ctx context.Context, o *options) error{
 	"produce": runProduce,
 	"consume": runConsume,
 	"group":   runGroup,
+	"offsets": runOffsets,
 }
 
 // emit prints one JSON line with the given event name and fields.
@@ -90,7 +93,7 @@ func parseCodec(name string) (sarama.CompressionCodec, error) {
 
 func main() {
 	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: gatewaysarama produce|consume|group -bootstrap host:port -topic t [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gatewaysarama produce|consume|group|offsets -bootstrap host:port -topic t [flags]")
 		os.Exit(2)
 	}
 	o := &options{out: json.NewEncoder(os.Stdout)}
@@ -102,6 +105,7 @@ func main() {
 	fs.StringVar(&o.prefix, "prefix", "v", "produce: keys and values start with it")
 	fs.StringVar(&version, "version", "0.8.2.0", "the Kafka release sarama speaks to (sarama.Version)")
 	fs.StringVar(&codec, "compression", "none", "produce: none, gzip, snappy, lz4 or zstd")
+	fs.BoolVar(&o.hash, "hash", false, "produce: spread records by key hash (sarama's default) instead of to partition 0")
 	fs.BoolVar(&o.apiVersions, "api-versions", true, "send ApiVersions on each connection (sarama's ApiVersionsRequest)")
 	fs.IntVar(&o.count, "count", 10, "produce: records to send; consume, group: records to read")
 	fs.DurationVar(&o.linger, "linger", time.Second, "consume: how long to wait past -count for more (a duplicate)")
@@ -139,7 +143,7 @@ func keyValue(prefix string, i int) ([]byte, []byte) {
 	return key, value
 }
 
-// runProduce sends -count records to partition 0 of -topic with acks=all, as one
+// runProduce sends -count records to partition 0 of -topic (-hash: by key) with acks=all, as one
 // SendMessages call (so they share compressed wrappers), and prints each as produced.
 func runProduce(ctx context.Context, o *options) error {
 	c := o.config()
@@ -147,6 +151,9 @@ func runProduce(ctx context.Context, o *options) error {
 	c.Producer.Return.Successes = true
 	c.Producer.Compression = o.compression
 	c.Producer.Partitioner = sarama.NewManualPartitioner
+	if o.hash {
+		c.Producer.Partitioner = sarama.NewHashPartitioner
+	}
 	c.Producer.Retry.Max = 2
 	c.Producer.Flush.Messages = 50
 	c.Producer.Flush.Frequency = 20 * time.Millisecond
@@ -220,11 +227,12 @@ func runConsume(ctx context.Context, o *options) error {
 // taker is the group's handler: it marks -count records, commits exactly them and ends
 // the session; records past them in the same claim are left for the next member.
 type taker struct {
-	o      *options
-	want   int
-	got    int
-	done   chan struct{}
-	closed bool
+	o    *options
+	want int
+	done chan struct{}
+
+	lock sync.Mutex // the claims' goroutines share the count
+	got  int
 }
 
 func (t *taker) Setup(s sarama.ConsumerGroupSession) error {
@@ -234,21 +242,28 @@ func (t *taker) Setup(s sarama.ConsumerGroupSession) error {
 
 func (t *taker) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 
+// take marks m unless -count are marked already; at the -count-th it commits them all.
+func (t *taker) take(s sarama.ConsumerGroupSession, m *sarama.ConsumerMessage) bool {
+	t.lock.Lock()
+	defer t.lock.Unlock()
+	if t.got >= t.want {
+		return false
+	}
+	t.o.emit("consumed", record(m))
+	s.MarkMessage(m, "")
+	if t.got++; t.got == t.want {
+		s.Commit()
+		close(t.done)
+		return false
+	}
+	return true
+}
+
 func (t *taker) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	for {
 		select {
 		case m, ok := <-claim.Messages():
-			if !ok || t.got >= t.want {
-				return nil
-			}
-			t.o.emit("consumed", record(m))
-			s.MarkMessage(m, "")
-			if t.got++; t.got == t.want {
-				s.Commit()
-				if !t.closed {
-					t.closed = true
-					close(t.done)
-				}
+			if !ok || !t.take(s, m) {
 				return nil
 			}
 		case <-s.Context().Done():
@@ -288,7 +303,9 @@ func runGroup(ctx context.Context, o *options) error {
 	case err = <-failed:
 	case err = <-group.Errors():
 	case <-ctx.Done():
+		t.lock.Lock()
 		err = fmt.Errorf("%d of %d records: %w", t.got, t.want, ctx.Err())
+		t.lock.Unlock()
 	}
 	stop()
 	if closeErr := group.Close(); err == nil && closeErr != nil {
@@ -298,4 +315,66 @@ func runGroup(ctx context.Context, o *options) error {
 		o.emit("committed", map[string]any{"records": t.got})
 	}
 	return err
+}
+
+// runOffsets reads partition 0 of -topic as a consumer outside any group membership that
+// keeps its offset in -group (sarama's OffsetManager: at 0.8.2, OffsetCommit v1 and
+// OffsetFetch v1): from the committed offset (the oldest where none is), -count records,
+// then commits the offset after the last one.
+func runOffsets(ctx context.Context, o *options) error {
+	c := o.config()
+	c.Consumer.Return.Errors = true
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	c.Consumer.Offsets.AutoCommit.Enable = false
+	client, err := sarama.NewClient(strings.Split(o.bootstrap, ","), c)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	offsets, err := sarama.NewOffsetManagerFromClient(o.group, client)
+	if err != nil {
+		return err
+	}
+	defer offsets.Close()
+	committed, err := offsets.ManagePartition(o.topic, 0)
+	if err != nil {
+		return err
+	}
+	// Without auto-commit only the manager's Close releases it: Close would wait forever.
+	defer committed.AsyncClose()
+	start, _ := committed.NextOffset()
+	// NextOffset is Offsets.Initial (OffsetOldest, negative) where nothing was committed.
+	o.emit("resumed", map[string]any{"offset": start, "committed": start >= 0})
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+	partition, err := consumer.ConsumePartition(o.topic, 0, start)
+	if err != nil {
+		return err
+	}
+	defer partition.Close()
+	for got := 0; got < o.count; got++ {
+		select {
+		case m := <-partition.Messages():
+			o.emit("consumed", record(m))
+			committed.MarkOffset(m.Offset+1, "")
+		case err := <-partition.Errors():
+			return err
+		case err := <-committed.Errors():
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d records: %w", got, o.count, ctx.Err())
+		}
+	}
+	offsets.Commit()
+	select {
+	case err := <-committed.Errors():
+		return err
+	default:
+	}
+	next, _ := committed.NextOffset()
+	o.emit("committed", map[string]any{"offset": next})
+	return nil
 }
