@@ -155,7 +155,10 @@ func runProduce(ctx context.Context, o *options) error {
 		c.Producer.Partitioner = sarama.NewHashPartitioner
 	}
 	c.Producer.Retry.Max = 2
-	c.Producer.Flush.Messages = 50
+	// Wrappers of up to 64 records: a reader that resumes at 100 (half of the tests' 200)
+	// resumes inside one, and must be given its records from there on.
+	c.Producer.Flush.Messages = 64
+	c.Producer.Flush.MaxMessages = 64
 	c.Producer.Flush.Frequency = 20 * time.Millisecond
 	producer, err := sarama.NewSyncProducer(strings.Split(o.bootstrap, ","), c)
 	if err != nil {
