@@ -279,10 +279,11 @@ def test_sarama_0_8_2_offsets_commit_and_resume_across_kafka_4(
 def test_direct_to_kafka_4_old_sarama_fails(
     apache_kafka: ApacheKafkaBroker, sarama: Path, unique_topic: str
 ) -> None:
-    """The control: the same producer, direct, gets nothing acknowledged."""
+    """The control: the same clients, direct, get nothing acknowledged and read nothing."""
     direct = direct_address(apache_kafka)
     DRIVERS[0].create_topic(direct, unique_topic)
-    run = GoClient(sarama, direct).run(
+    client = GoClient(sarama, direct)
+    produce = client.run(
         "produce",
         check=False,
         timeout_s=15.0,
@@ -291,4 +292,17 @@ def test_direct_to_kafka_4_old_sarama_fails(
         version=OLD_PRODUCER,
         compression="none",
     )
-    assert run.returncode != 0 and not run.of("produced"), run
+    assert produce.returncode != 0 and not produce.of("produced"), produce
+    DRIVERS[0].produce(direct, unique_topic, [b"a", b"b", b"c"], "all")
+    group = client.run(
+        "group",
+        check=False,
+        timeout_s=15.0,
+        topic=unique_topic,
+        group=f"g-{unique_topic}",
+        count=3,
+        version=GROUP_VERSION,
+    )
+    # Kafka 4 still serves its group APIs (JoinGroup v1, SyncGroup v0): it joins, and
+    # then the broker closes the connection on its Fetch v3.
+    assert group.of("assigned") and group.returncode != 0 and not group.of("consumed"), group
