@@ -168,6 +168,57 @@ def test_old_sarama_produces_and_reads_back_across_kafka_4(
     assert '"request.rejected"' not in log and "rewrite_failed" not in log
 
 
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_old_sarama_reads_with_a_small_fetch_size(
+    bridged: GatewayProcess, sarama: Path, unique_topic: str, codec: str
+) -> None:
+    """A fetch size (300 bytes) below one compressed wrapper and a few plain messages: the
+    bridge's cut (whole messages, at least one) neither loses a record nor stalls sarama,
+    which reads every record once."""
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    produced = _produce(sarama, bridged.bootstrap, unique_topic, codec, api_versions=False)
+    client = GoClient(sarama, bridged.bootstrap)
+    for version in (OLD_PRODUCER, GROUP_VERSION):
+        run = client.run(
+            "consume",
+            timeout_s=RUN_TIMEOUT_S,
+            topic=unique_topic,
+            count=RECORDS,
+            version=version,
+            fetch_bytes=300,
+        )
+        assert _reads(run, "consumed") == produced, version
+
+
+def test_a_modern_producers_zstd_and_headers_reach_old_sarama(
+    bridged: GatewayProcess, sarama: Path, unique_topic: str
+) -> None:
+    """librdkafka's zstd batches with headers: sarama 0.8.2 and 0.10.2 read the records
+    uncompressed (magic 0/1 have no zstd) and without their headers, which are counted."""
+    from confluent_kafka import Producer
+
+    DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
+    producer = Producer(
+        {"bootstrap.servers": bridged.bootstrap, "compression.type": "zstd", "linger.ms": 50}
+    )
+    sent = [
+        (None if i % 7 == 3 else b"k%d" % i, b"zstd-%d-" % i * (1 + i % 13)) for i in range(RECORDS)
+    ]
+    for key, value in sent:
+        producer.produce(unique_topic, key=key, value=value, partition=0, headers=[("h", b"x")])
+    assert producer.flush(RUN_TIMEOUT_S) == 0
+    client = GoClient(sarama, bridged.bootstrap)
+    for version in (OLD_PRODUCER, GROUP_VERSION):
+        run = client.run(
+            "consume", timeout_s=RUN_TIMEOUT_S, topic=unique_topic, count=RECORDS, version=version
+        )
+        got = _reads(run, "consumed")
+        assert [(k, v) for _, k, v in got] == sent, version
+        assert [o for o, _, _ in got] == list(range(RECORDS)), version
+    dropped = samples(bridged, "kafka_gateway_bridge_headers_dropped")
+    assert dropped and dropped[0].value >= 2 * RECORDS, dropped
+
+
 def _sarama_sent(gw: GatewayProcess, api_versions: bool) -> set[tuple[str, int]]:
     """(API, version) of each request sarama sent the gateway: under its KIP-511 name, or
     its client id when it sent no ApiVersions (and then none was sent)."""

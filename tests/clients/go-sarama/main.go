@@ -33,6 +33,7 @@ type options struct {
 	apiVersions bool
 	hash        bool
 	count       int
+	fetchBytes  int
 	linger      time.Duration
 	timeout     time.Duration
 
@@ -70,6 +71,7 @@ func (o *options) config() *sarama.Config {
 	c.Net.WriteTimeout = 10 * time.Second
 	c.Metadata.Retry.Max = 3
 	c.Metadata.Retry.Backoff = 250 * time.Millisecond
+	c.Consumer.Fetch.Default = int32(o.fetchBytes)
 	return c
 }
 
@@ -108,6 +110,7 @@ func main() {
 	fs.BoolVar(&o.hash, "hash", false, "produce: spread records by key hash (sarama's default) instead of to partition 0")
 	fs.BoolVar(&o.apiVersions, "api-versions", true, "send ApiVersions on each connection (sarama's ApiVersionsRequest)")
 	fs.IntVar(&o.count, "count", 10, "produce: records to send; consume, group: records to read")
+	fs.IntVar(&o.fetchBytes, "fetch-bytes", 1024*1024, "consume, group, offsets: a fetch's bytes per partition (Consumer.Fetch.Default)")
 	fs.DurationVar(&o.linger, "linger", time.Second, "consume: how long to wait past -count for more (a duplicate)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "upper bound for the whole command")
 	if err := fs.Parse(os.Args[2:]); err != nil {
