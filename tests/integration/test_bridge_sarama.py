@@ -32,9 +32,9 @@ OLD_PRODUCER = "0.8.2.0"
 GROUP_VERSION = "0.10.2.0"  # sarama's consumer groups need 0.10.2 or later
 
 #: sarama 1.61 sends ApiVersions v3 on every connection (KIP-511) and still picks each
-#: request's version from Config.Version; sarama releases before that sent none, and
-#: neither do they here with ApiVersionsRequest off. The gateway tells a v3 asker the
-#: broker's own ranges, so the bridge must carry both the same.
+#: request's version from Config.Version; with ApiVersionsRequest off it sends none, as a
+#: client older than KIP-511 does. The gateway tells a v3 asker the broker's own ranges,
+#: which sarama then ignores: the bridge must carry both the same.
 API_VERSIONS = [False, True]
 API_VERSIONS_IDS = ["no-ApiVersions", "ApiVersions-v3"]
 
@@ -57,8 +57,8 @@ def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) ->
 
 
 def _producer_version(codec: str) -> str:
-    # sarama refuses LZ4 below 0.10 (its config check: Kafka 0.8/0.9's LZ4 framing was
-    # broken), so an old sarama sends LZ4 as 0.10.0 does: Produce v2, magic 1.
+    # sarama's config check refuses LZ4 below 0.10, so an old sarama sends LZ4 as 0.10.0
+    # does: Produce v2, magic 1.
     return "0.10.0.0" if codec == "lz4" else OLD_PRODUCER
 
 
