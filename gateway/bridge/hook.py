@@ -82,7 +82,10 @@ def reload_policy(config: Config) -> bool:
 
 
 # ApiVersions v3 (KIP-511) came with Kafka 2.4's clients, which speak only versions
-# Kafka 4 kept: a client asking v3 or later is told the broker's ranges, unchanged.
+# Kafka 4 kept: a client asking v3 or later is told the broker's ranges, unchanged. One
+# that sends removed versions after all (sarama with an old Config.Version sends what
+# that release spoke, whatever the ranges) is still bridged: ``carry`` goes by each
+# request's version, not by what the client was told.
 FIRST_MODERN_API_VERSIONS = 3
 
 

@@ -1,11 +1,13 @@
-"""franz-go (Go) as a test client: builds and runs ``tests/clients/go`` (``gatewayclient``).
+"""Go programs as test clients: builds and runs ``tests/clients/go`` (``gatewayclient``,
+franz-go) and ``tests/clients/go-sarama`` (``gatewaysarama``, IBM/sarama pinned to an old
+Kafka release, for the version bridge).
 
 franz-go asks for the newest version of every request it knows and picks per request
 the highest version both it and the broker advertise, so it is the sharpest probe of
-the gateway's version negotiation. The Go program prints JSON lines (one event each);
+the gateway's version negotiation. Each Go program prints JSON lines (one event each);
 ``GoClient.run`` returns them parsed.
 
-The binary is built once per source state: the cache key hashes go.mod, go.sum, every
+Each program's binary is built once per source state: the cache key hashes go.mod, go.sum, every
 ``*.go`` file and ``go version``, and the binary lands in
 ``$XDG_CACHE_HOME/kafka-gateway/go-clients/<key>/`` (never in the repository). The
 build is driven by the repository's go.mod/go.sum only (``-mod=readonly``), so a fresh
@@ -33,8 +35,21 @@ from gateway.server.apache_kafka import cache_root, file_lock
 from .procs import HarnessError
 from .tools import find_tool, missing_tool_reason
 
-SOURCE_DIR = Path(__file__).resolve().parents[1] / "clients" / "go"
-BINARY_NAME = "gatewayclient"
+_CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+
+
+@dataclass(frozen=True)
+class GoProgram:
+    """One Go module under ``tests/clients`` and the binary it builds."""
+
+    source_dir: Path
+    binary_name: str
+    purpose: str  # the skip reason's "... need it"
+
+
+FRANZ_GO = GoProgram(_CLIENTS / "go", "gatewayclient", "franz-go tests")
+SARAMA = GoProgram(_CLIENTS / "go-sarama", "gatewaysarama", "sarama tests")
+
 #: A cold build (module download ~3 s, compiling the standard library and franz-go) took
 #: ~2 min on a busy 2-core machine; later builds are cached. Below pytest's 300 s per
 #: test, which the first test's setup (this build) counts against.
@@ -85,53 +100,55 @@ class GoRun:
         return "\n".join([" ".join(self.argv), *lines, self.stderr.strip()])
 
 
-def _source_files() -> list[Path]:
-    return sorted([SOURCE_DIR / "go.mod", SOURCE_DIR / "go.sum", *SOURCE_DIR.glob("*.go")])
+def _source_files(program: GoProgram) -> list[Path]:
+    source = program.source_dir
+    return sorted([source / "go.mod", source / "go.sum", *source.glob("*.go")])
 
 
-def _build_key(go: str) -> str:
+def _build_key(go: str, program: GoProgram) -> str:
     digest = hashlib.sha256()
     toolchain = subprocess.run(
         [go, "version"], capture_output=True, text=True, check=True, timeout=30
     ).stdout
     digest.update(toolchain.encode())
-    for path in _source_files():
+    # Each module's go.mod names it, so two programs never share a key.
+    for path in _source_files(program):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
 @cache
-def build() -> Path:
-    """Build ``gatewayclient`` unless this source state's binary is cached already."""
+def build(program: GoProgram = FRANZ_GO) -> Path:
+    """Build ``program`` unless this source state's binary is cached already."""
     go = find_tool("go")
     if go is None:
-        raise GoMissing(missing_tool_reason("go", "franz-go tests need it"))
-    target = cache_root() / "go-clients" / _build_key(go)
-    binary = target / BINARY_NAME
+        raise GoMissing(missing_tool_reason("go", f"{program.purpose} need it"))
+    target = cache_root() / "go-clients" / _build_key(go, program)
+    binary = target / program.binary_name
     with file_lock(target.with_suffix(".lock")):
         if binary.exists():
             return binary
         target.mkdir(parents=True, exist_ok=True)
-        partial = target / f"{BINARY_NAME}.partial"
+        partial = target / f"{program.binary_name}.partial"
         # go.mod/go.sum decide (-mod=readonly); no VCS stamp (the shared work tree's git
         # state is not the binary's business); no cgo, so no C toolchain is needed.
         env = dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
         done = subprocess.run(
             [go, "build", "-trimpath", "-o", str(partial), "."],
-            cwd=SOURCE_DIR,
+            cwd=program.source_dir,
             env=env,
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
         )
         if done.returncode != 0:
-            raise HarnessError(f"go build in {SOURCE_DIR} failed:\n{done.stderr}")
+            raise HarnessError(f"go build in {program.source_dir} failed:\n{done.stderr}")
         os.replace(partial, binary)
         return binary
 
 
 class GoClient:
-    """Runs ``gatewayclient`` subcommands against one bootstrap address."""
+    """Runs a built Go program's subcommands against one bootstrap address."""
 
     def __init__(self, binary: Path, bootstrap: str) -> None:
         self.binary = binary
@@ -140,7 +157,7 @@ class GoClient:
     def run(
         self, command: str, *, timeout_s: float = 20.0, check: bool = True, **flags: Any
     ) -> GoRun:
-        """Run ``gatewayclient <command> -bootstrap ... -<flag> <value>``.
+        """Run ``<binary> <command> -bootstrap ... -<flag> <value>``.
 
         Flag names are the keyword names with ``_`` as ``-`` (``txn_id`` -> ``-txn-id``);
         a bool becomes ``-name=true``/``-name=false``.
@@ -165,7 +182,7 @@ class GoClient:
         events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
         result = GoRun(argv, done.returncode, events, done.stderr)
         if check and done.returncode != 0:
-            raise HarnessError(f"gatewayclient {command} exited {done.returncode}:\n{result}")
+            raise HarnessError(f"{self.binary.name} {command} exited {done.returncode}:\n{result}")
         return result
 
 

@@ -102,6 +102,15 @@ def _kafka_python_produce(
 def _kafka_python_consume(
     bootstrap: str, topic: str, count: int, linger_s: float, settings: dict[str, Any]
 ) -> list[Read]:
+    got = kafka_python_records(bootstrap, topic, count, linger_s, settings)
+    return [(r.offset, r.key, r.value) for r in got]
+
+
+def kafka_python_records(
+    bootstrap: str, topic: str, count: int, linger_s: float, settings: dict[str, Any]
+) -> list[Any]:
+    """Partition 0 from its beginning as kafka-python's ConsumerRecords (offsets, keys,
+    values, timestamps and their type), until ``count`` or the timeout, then ``linger_s``."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -115,14 +124,14 @@ def _kafka_python_consume(
         partition = TopicPartition(topic, 0)
         consumer.assign([partition])
         consumer.seek_to_beginning(partition)
-        got: list[Read] = []
+        got: list[Any] = []
         deadline = time.monotonic() + TIMEOUT_S
         while len(got) < count and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
-                got.extend((r.offset, r.key, r.value) for r in records)
+                got.extend(records)
         if linger_s:
             for records in consumer.poll(timeout_ms=int(linger_s * 1000)).values():
-                got.extend((r.offset, r.key, r.value) for r in records)
+                got.extend(records)
         return got
     finally:
         consumer.close()

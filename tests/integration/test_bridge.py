@@ -16,14 +16,14 @@ import pytest
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
-from tests.harness.old_clients import OldClient
+from tests.harness.old_clients import OldClient, kafka_python_records
 from tests.integration.test_clients import DRIVERS
 
 RECORDS = 200
 TIMEOUT_S = 30.0
 
 
-def _bridging(
+def bridging(
     factory: GatewayFactory,
     kafka: ApacheKafkaBroker,
     tmp_path: Path | None = None,
@@ -43,7 +43,7 @@ def _bridging(
 
 @pytest.fixture
 def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
-    return _bridging(gateway_factory, apache_kafka)
+    return bridging(gateway_factory, apache_kafka)
 
 
 def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
@@ -94,7 +94,15 @@ def _assert_refused(bootstrap: str, topic: str, **settings: Any) -> None:
         producer.close(timeout=5)
 
 
-def _metrics(gw: GatewayProcess) -> str:
+def direct_address(kafka: ApacheKafkaBroker) -> str:
+    """The Kafka 4.x broker's own address, for a control without the gateway (it advertises
+    itself there). Skipped in front of Kafka 3.9, which still serves the old versions."""
+    if kafka.zookeeper_mode:
+        pytest.skip("Kafka 3.9 still serves the old versions")
+    return f"127.0.0.1:{kafka.node.internal_port}"
+
+
+def metrics_text(gw: GatewayProcess) -> str:
     with urllib.request.urlopen(gw.metrics_url, timeout=10) as response:
         text: str = response.read().decode()
     return text
@@ -122,7 +130,7 @@ def test_old_kafka_python_is_carried_across_kafka_4(
     # The broker stored record batches: a modern client reads the same records.
     modern = DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, RECORDS)
     assert modern == [v for _, v in sent]
-    text = _metrics(bridged)
+    text = metrics_text(bridged)
     produce_from = {(0, 10): "2", (0, 9): "1"}[api_version]
     assert (
         f'kafka_gateway_bridged_requests_total{{api="Produce",from_version="{produce_from}",to_version="3"}}'
@@ -145,9 +153,7 @@ def test_direct_to_kafka_4_the_old_client_fails(
     apache_kafka: ApacheKafkaBroker, unique_topic: str
 ) -> None:
     """The control: the same client, direct, gets nothing acknowledged."""
-    if apache_kafka.zookeeper_mode:
-        pytest.skip("Kafka 3.9 still serves the old versions")
-    direct = f"127.0.0.1:{apache_kafka.node.internal_port}"  # advertises itself
+    direct = direct_address(apache_kafka)
     DRIVERS[0].create_topic(direct, unique_topic)
     _assert_refused(direct, unique_topic, reconnect_backoff_max_ms=500)
 
@@ -167,7 +173,7 @@ def test_a_modern_client_beside_bridged_ones_is_untouched(
     got = _read(_old((0, 10)), bridged.bootstrap, unique_topic, 100)
     assert [v for _, _, v in got] == [v for _, v in old] + modern
     # Only the old client's requests were bridged: confluent-kafka's went through as they came.
-    text = _metrics(bridged)
+    text = metrics_text(bridged)
     assert "kafka_gateway_bridged_connections" in text
 
 
@@ -185,7 +191,58 @@ def test_acks_0_is_honoured_across_the_bridge(bridged: GatewayProcess, unique_to
         producer.close(timeout=5)
     got = _read(_old((0, 10)), bridged.bootstrap, unique_topic, RECORDS)
     assert [(k, v) for _, k, v in got] == sent
-    assert 'api="Produce",from_version="2",to_version="3"' in _metrics(bridged)
+    assert 'api="Produce",from_version="2",to_version="3"' in metrics_text(bridged)
+
+
+#: A CreateTime far from any append time (2001): a reader shown it was shown the wrong one.
+CREATE_TIME_MS = 1_000_000_000_000
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_log_append_time_reaches_an_old_reader(
+    bridged: GatewayProcess, unique_topic: str, compression: str | None
+) -> None:
+    """A topic whose broker stamps each batch (``message.timestamp.type=LogAppendTime``):
+    kafka-python 0.10 (Produce v2, Fetch v2: magic 1) is acknowledged and reads the
+    broker's append time, marked as such (timestamp type 1), not its own CreateTime;
+    kafka-python 0.9 (magic 0, no timestamps) reads the same keys and values."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka import KafkaProducer
+
+    admin = AdminClient({"bootstrap.servers": bridged.bootstrap})
+    config = {"message.timestamp.type": "LogAppendTime"}
+    admin.create_topics([NewTopic(unique_topic, 1, 1, config=config)])[unique_topic].result(
+        TIMEOUT_S
+    )
+    sent = _records("lat")
+    before_ms = int(time.time() * 1000)
+    producer = KafkaProducer(
+        bootstrap_servers=bridged.bootstrap,
+        acks="all",
+        api_version=(0, 10),
+        compression_type=compression,
+    )
+    try:
+        futures = [
+            producer.send(unique_topic, key=k, value=v, partition=0, timestamp_ms=CREATE_TIME_MS)
+            for k, v in sent
+        ]
+        producer.flush(timeout=TIMEOUT_S)
+        acknowledged = [f.get(timeout=1) for f in futures]
+    finally:
+        producer.close(timeout=5)
+    after_ms = int(time.time() * 1000)
+    # Produce v2's answer carries the append time (the bridge brings it down from v3).
+    assert all(before_ms <= m.timestamp <= after_ms for m in acknowledged), acknowledged[0]
+    got = kafka_python_records(
+        bridged.bootstrap, unique_topic, RECORDS, 1.0, {"api_version": (0, 10)}
+    )
+    assert [(r.key, r.value) for r in got] == sent
+    assert {r.timestamp_type for r in got} == {1}
+    assert all(before_ms <= r.timestamp <= after_ms for r in got), got[0]
+    magic0 = _read(_old((0, 9)), bridged.bootstrap, unique_topic, RECORDS)
+    assert [(k, v) for _, k, v in magic0] == sent
+    assert 'api="Fetch",from_version="2"' in metrics_text(bridged)
 
 
 @pytest.mark.parametrize("fallback", ["0.8.2", "0.9.0", "0.10.0"])
@@ -201,7 +258,7 @@ def test_librdkafka_with_an_old_fallback_is_carried(
     sent = [f"rdkafka-{fallback}-{i}".encode() for i in range(RECORDS)]
     assert old.produce(bridged.bootstrap, unique_topic, sent) == RECORDS
     assert old.consume(bridged.bootstrap, unique_topic, RECORDS) == sent
-    text = _metrics(bridged)
+    text = metrics_text(bridged)
     sent_versions = {
         "0.8.2": (("Produce", 0), ("Fetch", 0), ("ListOffsets", 0)),
         "0.9.0": (("Produce", 1), ("Fetch", 1), ("ListOffsets", 0)),
@@ -272,13 +329,13 @@ def test_a_policy_refuses_one_client_and_bridges_another(
     tmp_path: Path,
 ) -> None:
     policy = 'policy = ["client_id=^legacy- -> refuse"]'
-    gw = _bridging(gateway_factory, apache_kafka, tmp_path, policy)
+    gw = bridging(gateway_factory, apache_kafka, tmp_path, policy)
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
     assert _old((0, 10), client_id="app").produce_records(gw.bootstrap, unique_topic, sent) == 10
     _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")  # as Kafka 4 refuses it
     assert DRIVERS[0].consume_assigned(gw.bootstrap, unique_topic, 10) == [v for _, v in sent]
-    text = _metrics(gw)
+    text = metrics_text(gw)
     refused_line = next(
         line
         for line in text.splitlines()
@@ -326,7 +383,7 @@ def test_librdkafka_0_8_2_commits_through_offset_commit_v1(
         assert stored.offset == 3
     finally:
         again.close()
-    assert 'api="OffsetCommit",from_version="1",to_version="2"' in _metrics(bridged)
+    assert 'api="OffsetCommit",from_version="1",to_version="2"' in metrics_text(bridged)
 
 
 def test_the_policy_file_is_reloaded_on_sighup(
@@ -339,7 +396,7 @@ def test_the_policy_file_is_reloaded_on_sighup(
 
     rules = tmp_path / "bridge-policy.txt"
     rules.write_text("client_id=^legacy- -> refuse\n")
-    gw = _bridging(gateway_factory, apache_kafka, tmp_path, f'policy_file = "{rules}"')
+    gw = bridging(gateway_factory, apache_kafka, tmp_path, f'policy_file = "{rules}"')
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")
     rules.write_text("# every client is bridged now\n")
