@@ -1,0 +1,171 @@
+"""The admin v0s Kafka 4.0 removed, across the version bridge (Kafka 4.4, the session's
+``apache_kafka``): kafka-python's KafkaAdminClient pinned to Kafka 1.0 or 0.11 sends
+DescribeConfigs, DescribeAcls, CreateAcls, DeleteAcls (and, for 1.0, DescribeLogDirs) at
+v0. Direct to the broker they fail (the control); through the gateway they are answered
+as Kafka answered v0, checked against what a modern client reads of the same broker.
+
+The session broker has no authorizer: the ACL requests get Kafka's clean answer for
+that, SECURITY_DISABLED (54), and the tests check it crosses the bridge intact (the v0
+answers' LITERAL-only rule is unit-tested, tests/unit/gateway/bridge/test_admin.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import GatewayFactory
+from tests.harness import GatewayProcess
+from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.integration.test_bridge import _bridging, _metrics
+
+OLD_ADMINS = [(1, 0), (0, 11)]
+RETENTION_MS = "123456"
+
+
+@pytest.fixture
+def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
+    return _bridging(gateway_factory, apache_kafka)
+
+
+def _admin(bootstrap: str, api_version: tuple[int, int] | None = None) -> Any:
+    from kafka.admin import KafkaAdminClient
+
+    settings: dict[str, Any] = {"request_timeout_ms": 15000}
+    if api_version is not None:
+        settings["api_version"] = api_version
+    return KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
+
+
+def _topic_with_a_config(bootstrap: str, topic: str) -> None:
+    from kafka.admin import NewTopic
+
+    modern = _admin(bootstrap)
+    try:
+        modern.create_topics([NewTopic(topic, 1, 1, topic_configs={"retention.ms": RETENTION_MS})])
+    finally:
+        modern.close()
+
+
+def _bridged(gw: GatewayProcess, api: str) -> float:
+    """How many requests of ``api`` the gateway bridged from v0 to v1."""
+    prefix = f'kafka_gateway_bridged_requests_total{{api="{api}",from_version="0",to_version="1"}}'
+    for line in _metrics(gw).splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize("api_version", OLD_ADMINS, ids=["1.0", "0.11"])
+def test_describe_configs_v0_reads_what_kafka_4_says_with_v0s_is_default(
+    bridged: GatewayProcess, unique_topic: str, api_version: tuple[int, int]
+) -> None:
+    from kafka.admin import ConfigResource
+
+    _topic_with_a_config(bridged.bootstrap, unique_topic)
+    resource = [ConfigResource("TOPIC", unique_topic)]
+    modern = _admin(bridged.bootstrap)
+    try:
+        every = modern.describe_configs(resource, config_filter="all")["topic"][unique_topic]
+    finally:
+        modern.close()
+    # What Kafka 4.4 itself says is not its default (ConfigSource, v4): retention.ms at least.
+    not_default = {n for n, c in every.items() if c["config_source"] != "DEFAULT_CONFIG"}
+    assert "retention.ms" in not_default and len(not_default) < len(every)
+    old = _admin(bridged.bootstrap, api_version)
+    try:
+        # kafka-python's "modified" filter keeps the configs whose v0 IsDefault is false.
+        modified = old.describe_configs(resource)["topic"][unique_topic]
+        everything = old.describe_configs(resource, config_filter="all")["topic"][unique_topic]
+    finally:
+        old.close()
+    assert set(modified) == not_default
+    assert modified["retention.ms"]["value"] == RETENTION_MS
+    assert {n: c["value"] for n, c in everything.items()} == {
+        n: c["value"] for n, c in every.items()
+    }
+    assert _bridged(bridged, "DescribeConfigs") >= 2
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+@pytest.mark.parametrize("api_version", OLD_ADMINS, ids=["1.0", "0.11"])
+def test_the_acl_v0s_get_kafkas_answer_across_the_bridge(
+    bridged: GatewayProcess, unique_topic: str, api_version: tuple[int, int]
+) -> None:
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+    from kafka.errors import SecurityDisabledError
+
+    old = _admin(bridged.bootstrap, api_version)
+    topic = ResourcePatternFilter(ResourceType.TOPIC, unique_topic, ACLResourcePatternType.LITERAL)
+    acl_filter = ACLFilter(
+        principal="User:alice",
+        host="*",
+        operation=ACLOperation.ANY,
+        permission_type=ACLPermissionType.ANY,
+        resource_pattern=topic,
+    )
+    acl = ACL(
+        "User:alice",
+        "*",
+        ACLOperation.READ,
+        ACLPermissionType.ALLOW,
+        ResourcePattern(ResourceType.TOPIC, unique_topic),
+    )
+    try:
+        with pytest.raises(SecurityDisabledError):
+            old.describe_acls(acl_filter)
+        assert old.create_acls([acl]) == {"succeeded": [], "failed": [SecurityDisabledError]}
+        ((_, matched, error),) = old.delete_acls([acl_filter])
+        assert matched == [] and error is SecurityDisabledError
+    finally:
+        old.close()
+    for api in ("DescribeAcls", "CreateAcls", "DeleteAcls"):
+        assert _bridged(bridged, api) == 1, api
+
+
+def test_describe_log_dirs_v0_names_the_topics_partition(
+    bridged: GatewayProcess, unique_topic: str
+) -> None:
+    _topic_with_a_config(bridged.bootstrap, unique_topic)
+    old = _admin(bridged.bootstrap, (1, 0))
+    try:
+        (broker,) = old.describe_log_dirs()
+    finally:
+        old.close()
+    (log_dir,) = broker["log_dirs"]
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"]
+    partitions = {
+        (t["name"], p["partition_index"]) for t in log_dir["topics"] for p in t["partitions"]
+    }
+    assert (unique_topic, 0) in partitions
+    assert _bridged(bridged, "DescribeLogDirs") == 1
+
+
+def test_direct_to_kafka_4_the_old_admin_client_fails(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str
+) -> None:
+    """The control: the same client and requests, direct, are refused."""
+    from kafka.admin import ConfigResource
+
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("Kafka 3.9 still serves the v0s")
+    direct = f"127.0.0.1:{apache_kafka.node.internal_port}"
+    _topic_with_a_config(direct, unique_topic)
+    old = _admin(direct, (1, 0))
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - any failure: the broker refused it
+            old.describe_configs([ConfigResource("TOPIC", unique_topic)])
+        with pytest.raises(Exception):  # noqa: B017
+            old.describe_log_dirs()
+    finally:
+        old.close()
