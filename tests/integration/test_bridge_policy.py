@@ -1,6 +1,7 @@
-"""The version bridge's policy with real old clients: a ``cap`` rule (kafka-python pinned
-to 0.10, told no Produce or Fetch above v1, speaks v1) and a ``principal`` rule whose
-principal comes from a SASL login (Kafka 4.4 with SASL, test_sasl_principals' broker)."""
+"""The version bridge's policy with real clients: ``cap`` rules (kafka-python pinned to
+0.10.1 and capped at 0.10.0 speaks 0.10.0's versions; librdkafka capped per API speaks
+no higher) and a ``principal`` rule whose principal comes from a SASL login (Kafka 4.4
+with SASL, test_sasl_principals' broker)."""
 
 from __future__ import annotations
 
