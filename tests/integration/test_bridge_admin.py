@@ -3,6 +3,7 @@
 DescribeConfigs, DescribeAcls, CreateAcls, DeleteAcls (and, for 1.0, DescribeLogDirs) at
 v0. Direct to the broker they fail (the control); through the gateway they are answered
 as Kafka answered v0, checked against what a modern client reads of the same broker.
+Kafka 1.0's own Java AdminClient (tests/clients/java/old-admin) does the same calls.
 
 The session broker has no authorizer: the ACL requests get Kafka's clean answer for
 that, SECURITY_DISABLED (54), and the tests check it crosses the bridge intact (the v0
@@ -18,6 +19,8 @@ import pytest
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
+from tests.harness.java_clients import OLD_ADMIN, JavaProbe, JavaToolMissing, build
+from tests.harness.procs import HarnessError
 from tests.integration.test_bridge import _bridging, _metrics
 
 OLD_ADMINS = [(1, 0), (0, 11)]
@@ -169,3 +172,73 @@ def test_direct_to_kafka_4_the_old_admin_client_fails(
             old.describe_log_dirs()
     finally:
         old.close()
+
+
+@pytest.fixture(scope="module")
+def old_java_admin() -> JavaProbe:
+    """Kafka 1.0's AdminClient (tests/clients/java/old-admin), built once."""
+    try:
+        return build(OLD_ADMIN)
+    except JavaToolMissing as exc:
+        pytest.skip(str(exc))
+
+
+def _broker_id(bootstrap: str) -> int:
+    modern = _admin(bootstrap)
+    try:
+        (broker,) = modern.describe_log_dirs()  # one broker: the session's
+        return int(broker["broker"])
+    finally:
+        modern.close()
+
+
+def test_kafka_1_0s_java_admin_client_is_carried_across_kafka_4(
+    bridged: GatewayProcess,
+    apache_kafka: ApacheKafkaBroker,
+    unique_topic: str,
+    old_java_admin: JavaProbe,
+) -> None:
+    from kafka.admin import ConfigResource
+
+    _topic_with_a_config(bridged.bootstrap, unique_topic)
+    broker = _broker_id(bridged.bootstrap)
+    run = old_java_admin.run("admin", bridged.bootstrap, topic=unique_topic, broker=broker)
+    modern = _admin(bridged.bootstrap)
+    try:
+        every = modern.describe_configs(
+            [ConfigResource("TOPIC", unique_topic)], config_filter="all"
+        )
+    finally:
+        modern.close()
+    every = every["topic"][unique_topic]
+    configs = {e["name"]: e for e in run.of("config")}
+    # The same configs and values as Kafka 4.4 tells a modern client, and isDefault()
+    # exactly where 4.4's ConfigSource says DEFAULT_CONFIG.
+    assert {n: c["value"] for n, c in configs.items()} == {n: c["value"] for n, c in every.items()}
+    assert {n for n, c in configs.items() if not c["is_default"]} == {
+        n for n, c in every.items() if c["config_source"] != "DEFAULT_CONFIG"
+    }, run.describe()
+    assert configs["retention.ms"]["value"] == RETENTION_MS
+    # No authorizer on the session broker: Kafka's SECURITY_DISABLED, as the 1.0 client
+    # names it, for each ACL call.
+    assert {(e["call"], e["error"]) for e in run.of("acl_error")} == {
+        ("createAcls", "SecurityDisabledException"),
+        ("describeAcls", "SecurityDisabledException"),
+        ("deleteAcls", "SecurityDisabledException"),
+    }, run.describe()
+    (log_dir,) = run.of("log_dir")
+    assert log_dir["error"] == "NONE" and f"{unique_topic}-0" in log_dir["partitions"].split(",")
+    for api in ("DescribeConfigs", "CreateAcls", "DescribeAcls", "DeleteAcls", "DescribeLogDirs"):
+        assert _bridged(bridged, api) >= 1, api
+    assert '"request.rejected"' not in bridged.log_text()
+
+
+def test_direct_to_kafka_4_kafka_1_0s_java_admin_client_fails(
+    apache_kafka: ApacheKafkaBroker, unique_topic: str, old_java_admin: JavaProbe
+) -> None:
+    if apache_kafka.zookeeper_mode:
+        pytest.skip("Kafka 3.9 still serves the v0s")
+    direct = f"127.0.0.1:{apache_kafka.node.internal_port}"
+    _topic_with_a_config(direct, unique_topic)
+    with pytest.raises(HarnessError, match="UnsupportedVersionException"):
+        old_java_admin.run("admin", direct, topic=unique_topic, broker=_broker_id(direct))
