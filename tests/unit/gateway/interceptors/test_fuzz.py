@@ -408,7 +408,9 @@ def test_bridged_requests_and_their_answers_survive_malformed_bytes(
     items = feed(reader, chunked(data, cuts))
     assert forwarded_size(items) <= len(data)
     for item in items:
-        if not isinstance(item, RequestFrame) or not _held_back(item.header.api_key, item.header.api_version):
+        if not isinstance(item, RequestFrame) or not _held_back(
+            item.header.api_key, item.header.api_version
+        ):
             continue
         ctx = FakeExchange()
         body = memoryview(item.frame)[4 + item.header.body_offset :]
