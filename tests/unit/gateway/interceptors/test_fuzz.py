@@ -359,10 +359,19 @@ def _bridge_seeds() -> tuple[list[bytes], dict[tuple[int, int], list[bytes]]]:
             messages.encode(f"{name}Response", bridged.target, _random(rng, answer))
             for _ in range(2)
         ]
-    for version, magic, compression in ((0, 0, 0), (1, 0, 1), (2, 1, 0), (2, 1, 1)):
-        builder = MemoryRecordsBuilder(magic, compression, 1 << 16)
+    # The last: a gzip bomb (80 MB of zeros in ~80 KB), which the bridge refuses.
+    for version, magic, compression, size in (
+        (0, 0, 0, 0),
+        (1, 0, 1, 0),
+        (2, 1, 0, 0),
+        (2, 1, 1, 0),
+        (2, 1, 1, 80 << 20),
+    ):
+        builder = MemoryRecordsBuilder(magic, compression, 1 << 30)
         for i in range(3):
-            builder.append(timestamp=1000 + i, key=b"k", value=b"v%d" % i * 20)
+            builder.append(
+                timestamp=1000 + i, key=b"k", value=b"v%d" % i * 20 + bytes(size * (i == 0))
+            )
         builder.close()
         partition = {"Index": 0, "Records": bytes(builder.buffer())}
         values = {
@@ -404,7 +413,7 @@ def test_bridged_requests_and_their_answers_survive_malformed_bytes(
 
     from tests.unit.gateway.bridge.test_hook import FakeExchange
 
-    reader = RequestReader(InFlight(), _held_back, MAX_FRAME)
+    reader = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME)  # the bomb's size
     items = feed(reader, chunked(data, cuts))
     assert forwarded_size(items) <= len(data)
     for item in items:
@@ -433,3 +442,25 @@ def test_bridged_requests_and_their_answers_survive_malformed_bytes(
             tracemalloc.stop()
         allowance, ratio = BRIDGE_MEMORY
         assert peak <= allowance + ratio * (len(item.frame) + len(reply)), peak
+
+
+def test_a_bridged_gzip_bomb_is_refused_within_bounded_memory() -> None:
+    """The seeds' bomb as sent: the bridge measures what it would inflate and closes."""
+    import tracemalloc
+
+    from tests.unit.gateway.bridge.test_hook import FakeExchange
+
+    bomb = BRIDGE_REQUESTS[-1]
+    (item,) = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME).feed(bomb)
+    assert isinstance(item, RequestFrame) and len(bomb) < 100_000
+    ctx = FakeExchange()
+    tracemalloc.start()
+    try:
+        body = memoryview(item.frame)[4 + item.header.body_offset :]
+        assert bridge.carry(ctx, item, body)  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ctx.violations == ["malformed_request"] and ctx.closed and not ctx.sent
+    allowance, ratio = BRIDGE_MEMORY
+    assert peak <= allowance + ratio * len(bomb), peak
