@@ -1,5 +1,5 @@
 """Who the bridge serves: ``[bridge] policy``, a list of rules, the first that matches
-decides; none matching, ``[bridge] enabled`` does.
+decides; none matching, ``bridge_old_clients`` does.
 
 A rule is ``MATCH... -> ACTION``, e.g.::
 
