@@ -5,13 +5,16 @@ v0. Direct to the broker they fail (the control); through the gateway they are a
 as Kafka answered v0, checked against what a modern client reads of the same broker.
 Kafka 1.0's own Java AdminClient (tests/clients/java/old-admin) does the same calls.
 
-The session broker has no authorizer: the ACL requests get Kafka's clean answer for
-that, SECURITY_DISABLED (54), and the tests check it crosses the bridge intact (the v0
-answers' LITERAL-only rule is unit-tested, tests/unit/gateway/bridge/test_admin.py).
+The session broker has no authorizer: there the ACL requests get Kafka's clean answer
+for that, SECURITY_DISABLED (54), and the tests check it crosses the bridge intact. A
+second broker, with Kafka's StandardAuthorizer, holds a LITERAL and a PREFIXED ACL: the
+v0s create, see and delete the LITERAL one only, as v0 meant (the v0 answers' own
+LITERAL-only rule is unit-tested, tests/unit/gateway/bridge/test_admin.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -280,3 +283,89 @@ def test_the_delegation_token_v0s_get_kafkas_v1_answer(
     with KafkaConnection(*direct, timeout=15) as conn:  # the control: v0 direct is refused
         conn.send(key, 0, messages.encode(f"{name}Request", 0, TOKEN_REQUESTS[key]))
         assert conn.expect_closed()
+
+
+# A broker with Kafka's StandardAuthorizer (everyone on it is ANONYMOUS, a super user):
+# the ACL v0s against real ACLs, one LITERAL and one PREFIXED.
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+
+
+@pytest.fixture(scope="module")
+def authorized_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaBroker]:
+    kafka = ApacheKafkaBroker(
+        tmp_path_factory.mktemp("kafka-acls"), properties=AUTHORIZER, name="kafka-acls"
+    )
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+def test_the_acl_v0s_mean_literal_patterns_as_kafka_read_them(
+    authorized_kafka: ApacheKafkaBroker, gateway_factory: GatewayFactory, unique_topic: str
+) -> None:
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+
+    gw = gateway_factory(upstream=authorized_kafka.bootstrap, metrics=True)
+
+    def acl(name: str, pattern: ACLResourcePatternType, operation: ACLOperation) -> Any:
+        resource = ResourcePattern(ResourceType.TOPIC, name, pattern)
+        return ACL("User:alice", "*", operation, ACLPermissionType.ALLOW, resource)
+
+    def alices(pattern: ACLResourcePatternType) -> Any:
+        resource = ResourcePatternFilter(ResourceType.TOPIC, None, pattern)
+        return ACLFilter("User:alice", "*", ACLOperation.ANY, ACLPermissionType.ANY, resource)
+
+    def seen(acls: list[Any]) -> set[tuple[str, str, str]]:
+        return {
+            (
+                a.resource_pattern.resource_name,
+                a.resource_pattern.pattern_type.name,
+                a.operation.name,
+            )
+            for a in acls
+        }
+
+    prefix = unique_topic[:10]
+    literal = (unique_topic, "LITERAL", "READ")
+    prefixed = (prefix, "PREFIXED", "WRITE")
+    modern = _admin(gw.bootstrap)
+    old = _admin(gw.bootstrap, (1, 0))
+    try:
+        made = modern.create_acls(
+            [acl(prefix, ACLResourcePatternType.PREFIXED, ACLOperation.WRITE)]
+        )
+        assert made["failed"] == []
+        # CreateAcls v0: a LITERAL pattern, as v0 always meant.
+        made = old.create_acls(
+            [acl(unique_topic, ACLResourcePatternType.LITERAL, ACLOperation.READ)]
+        )
+        assert made["failed"] == []
+        acls, _ = modern.describe_acls(alices(ACLResourcePatternType.ANY))
+        assert seen(acls) == {literal, prefixed}
+        # DescribeAcls v0: the LITERAL one only, as Kafka 3.9 answered v0.
+        acls, _ = old.describe_acls(alices(ACLResourcePatternType.LITERAL))
+        assert seen(acls) == {literal}
+        # DeleteAcls v0: deletes and reports the LITERAL one; the PREFIXED one stays.
+        ((_, matched, error),) = old.delete_acls([alices(ACLResourcePatternType.LITERAL)])
+        assert error.__name__ == "NoError" and seen(matched) == {literal}
+        acls, _ = modern.describe_acls(alices(ACLResourcePatternType.ANY))
+        assert seen(acls) == {prefixed}
+    finally:
+        old.close()
+        modern.close()
+    for api in ("DescribeAcls", "CreateAcls", "DeleteAcls"):
+        assert _bridged(gw, api) == 1, api
