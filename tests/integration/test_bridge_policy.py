@@ -1,16 +1,19 @@
 """The version bridge's policy with real clients: ``cap`` rules (kafka-python pinned to
 0.10.1 and capped at 0.10.0 speaks 0.10.0's versions; librdkafka capped per API speaks
 no higher) and a ``principal`` rule whose principal comes from a SASL login (Kafka 4.4
-with SASL, test_sasl_principals' broker)."""
+with SASL, test_sasl_principals' broker), on which the delegation-token v0s, which need
+such a login, are bridged too."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import GatewayFactory
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.integration.secure_kafka import (
+    OP_TIMEOUT_S,
     PASSWORD,
     USER,
     SecureKafka,
@@ -19,7 +22,7 @@ from tests.integration.secure_kafka import (
 )
 from tests.integration.test_bridge import _assert_refused, _bridging, _metrics, _old
 from tests.integration.test_clients import DRIVERS
-from tests.integration.test_sasl_principals import lines, secure_kafka
+from tests.integration.test_sasl_principals import assert_no_secret, lines, secure_kafka
 
 __all__ = ["secure_kafka"]  # test_sasl_principals' module fixture, used here by name
 
@@ -149,3 +152,58 @@ def test_a_principal_rule_refuses_one_sasl_login_and_bridges_another(
     logins = {line["principal"] for line in lines(gw, "sasl.authenticated")}
     assert {f"User:{USER}", f"User:{LEGACY}"} <= logins, logins
     assert modern.consume_assigned(gw.bootstrap, unique_topic, 10) == [v for _, v in sent]
+
+
+def test_the_delegation_token_v0s_create_describe_renew_and_expire_a_token(
+    secure_kafka: SecureKafka, gateway_factory: GatewayFactory
+) -> None:
+    """The four delegation-token v0s (Kafka 4 removed them), by hand over a PLAIN login
+    through the gateway: a token is created, listed, renewed and expired, as v0."""
+    from gateway.bridge import messages
+    from gateway.protocol import api_name
+    from tests.integration.test_sasl import connect, plain_login
+
+    gw = gateway_factory(upstream=secure_kafka.sasl, metrics=True)
+
+    def v0(conn: Any, key: int, values: dict[str, Any]) -> dict[str, Any]:
+        name = api_name(key)
+        body = conn.request(key, 0, messages.encode(f"{name}Request", 0, values)).body
+        return messages.decode(f"{name}Response", 0, body)
+
+    with connect(gw) as conn:
+        plain_login(conn, PASSWORD)
+        renewer = {"PrincipalType": "User", "PrincipalName": USER}
+        created = v0(conn, 38, {"Renewers": [renewer], "MaxLifetimeMs": -1})
+        assert created["ErrorCode"] == 0, created
+        assert (created["PrincipalType"], created["PrincipalName"]) == ("User", USER)
+        assert created["Hmac"] and created["TokenId"]
+        assert created["IssueTimestampMs"] <= created["ExpiryTimestampMs"]
+        # The controller made it; the broker learns of it from the metadata log shortly.
+        deadline = time.monotonic() + OP_TIMEOUT_S
+        while True:
+            listed = v0(conn, 41, {"Owners": None})
+            assert listed["ErrorCode"] == 0, listed
+            found = [t for t in listed["Tokens"] if t["TokenId"] == created["TokenId"]]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        (token,) = found
+        assert token["Hmac"] == created["Hmac"] and token["Renewers"] == [renewer]
+        renewed = v0(conn, 39, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        assert renewed["ErrorCode"] == 0 and renewed["ExpiryTimestampMs"] > 0
+        expired = v0(conn, 40, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        assert expired["ErrorCode"] == 0
+        while True:  # likewise its expiry
+            after = v0(conn, 41, {"Owners": None})
+            left = [t for t in after["Tokens"] if t["TokenId"] == created["TokenId"]]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert not left
+    text = _metrics(gw)
+    assert _bridged_from(text, "CreateDelegationToken", 0) == 1
+    assert _bridged_from(text, "DescribeDelegationToken", 0) >= 2
+    assert _bridged_from(text, "RenewDelegationToken", 0) == 1
+    assert _bridged_from(text, "ExpireDelegationToken", 0) == 1
+    assert_no_secret(gw.log_text())  # nor the token's HMAC, the secret it carries
+    assert created["Hmac"].hex() not in gw.log_text()
