@@ -251,8 +251,8 @@ def test_direct_to_kafka_4_kafka_1_0s_java_admin_client_fails(
 # its v0 again, so the bridged v0 answer must be, byte for byte, what Kafka 4.4 answers
 # the same request at v1 direct. The session broker has no SASL, so Kafka refuses them
 # with its clean answer, DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (64: a token needs an
-# authenticated SASL or mTLS connection); the conversions of a granted token are checked
-# against the specs in the unit tests.
+# authenticated SASL or mTLS connection). A granted token's v0s, over a SASL login:
+# test_bridge_policy.py.
 TOKEN_REQUESTS = {
     38: {"Renewers": [{"PrincipalType": "User", "PrincipalName": "bob"}], "MaxLifetimeMs": -1},
     39: {"Hmac": b"\x01\x02", "RenewPeriodMs": 1000},
