@@ -10,6 +10,7 @@ for what the older version lacks, what the newer one lacks left out). Three need
   client reads (magic 0 for v0/v1, 1 for v2/v3: KIP-32), from the offset it asked for,
   within the partition bytes it asked for (``records.to_message_set``).
 * **ListOffsets v0**: the answer's single offset becomes v0's list of offsets.
+* **The admin v0s** (ACLs, configs): ``admin.response_down``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..protocol import FETCH, PRODUCE, api_name
-from . import messages, records
+from . import admin, messages, records
 from .messages import Message
 from .plan import LIST_OFFSETS
 
@@ -88,6 +89,8 @@ def response_down(
                 offset = partition.get("Offset", -1)
                 ok = partition["ErrorCode"] == 0 and offset >= 0
                 partition["OldStyleOffsets"] = [offset] if ok else []
+    elif api_key in admin.ADMIN_APIS:
+        admin.response_down(api_key, version, values)
     return Answer(messages.encode(name, version, values), dropped)
 
 

@@ -15,6 +15,7 @@ import struct
 import time
 
 from ..config import Config
+from ..interceptors.api_versions import read_client_software
 from ..interceptors.context import Exchange
 from ..kafka_client import request_frame, response_body
 from ..observability.logging import RateLimitedLogger
@@ -90,16 +91,44 @@ FIRST_MODERN_API_VERSIONS = 3
 
 
 def advertised(
-    ctx: Exchange, ranges: dict[int, VersionRange], api_version: int, client_id: str | None
+    ctx: Exchange,
+    ranges: dict[int, VersionRange],
+    api_version: int,
+    client_id: str | None,
+    body: bytes | memoryview | None = None,
 ) -> dict[int, VersionRange]:
     """The ranges an ApiVersions answer tells this client: with the bridged versions for
-    an old client (ApiVersions v0-2) the bridge serves; ``ranges`` (every connection's)
-    for any other."""
-    if api_version >= FIRST_MODERN_API_VERSIONS or not plan.plans(ctx.upstream_ranges):
+    an old client (ApiVersions v0-2) the bridge serves, within its ``cap`` where a rule
+    caps it; ``ranges`` (every connection's) for any other. ``body``: the request's, for
+    the KIP-511 software of a v3+ one (it names the client before the answer does)."""
+    old = api_version < FIRST_MODERN_API_VERSIONS and bool(plan.plans(ctx.upstream_ranges))
+    config = ctx.gateway.config
+    rules = _rules(config)
+    capping = any(rule.action == policy.CAP for rule in rules)
+    if not old and not capping:
         return ranges
-    if not serves(ctx, client_id):
+    software = ctx.info.software if ctx.info is not None else ("unknown", "unknown")
+    if body is not None and api_version >= FIRST_MODERN_API_VERSIONS and capping:
+        name, version = read_client_software(body)
+        if name and version:
+            software = (name, version)
+    rule = policy.matching(rules, software, client_id, ctx.principal)
+    if rule is None:
+        action = policy.BRIDGE if config.bridge_old_clients else policy.REFUSE
+    else:
+        action = rule.action
+    if action == policy.REFUSE:
         return ranges
-    return plan.widen(ranges, ctx.upstream_ranges)
+    told = plan.widen(ranges, ctx.upstream_ranges) if old else ranges
+    if rule is None or action != policy.CAP:
+        return told
+    ctx.gateway.metrics.bridge.capped.inc()
+    identity = ("capped", rule.describe_cap(), client_id)
+    if identity not in _logged:
+        if len(_logged) < _LOGGED_MAX:
+            _logged.add(identity)
+        limited.info("bridge.versions_capped", cap=rule.describe_cap(), **ctx.who())
+    return rule.capped(told)
 
 
 def carry(ctx: Exchange, request: RequestFrame, body: memoryview) -> bool:

@@ -22,6 +22,7 @@ from functools import cache
 from ..protocol import FETCH, PRODUCE, api_name
 from ..versions import VersionRange, removed_kip896
 from . import messages
+from .admin import ADMIN_APIS
 
 LIST_OFFSETS = 2
 OFFSET_COMMIT = 8
@@ -30,10 +31,9 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 OFFSET_FOR_LEADER_EPOCH = 23
 
-# The client APIs the bridge carries. Left out of the removed ones: the inter-broker
-# APIs (no client sends them), and the ACL, config, log-dir and delegation-token v0s,
-# whose answers change meaning between versions (a v0 config answer's IsDefault is a
-# v1 ConfigSource) and need a rule each.
+# The client APIs the bridge carries: every removed one but the inter-broker APIs (no
+# client sends them). The admin v0s (ACLs, configs, log dirs, delegation tokens) have
+# their rules in ``admin``.
 BRIDGED_APIS: tuple[int, ...] = (
     PRODUCE,
     FETCH,
@@ -43,6 +43,7 @@ BRIDGED_APIS: tuple[int, ...] = (
     CREATE_TOPICS,
     DELETE_TOPICS,
     OFFSET_FOR_LEADER_EPOCH,
+    *ADMIN_APIS,
 )
 
 

@@ -1,20 +1,43 @@
 """Who the bridge serves: ``[bridge] policy``, a list of rules, the first that matches
-decides; none matching, ``[bridge] enabled`` does.
+decides; none matching, ``bridge_old_clients`` does.
 
 A rule is ``MATCH... -> ACTION``, e.g.::
 
     "client_id=^legacy-billing -> refuse"
     "software=librdkafka version=<1.0 -> refuse"
     "principal=User:batch -> bridge"
+    "client_id=^legacy- -> cap Fetch=2,Produce=1"
+    "principal=User:reports -> cap 0.10"
     "* -> bridge"
 
 Matches (all must hold): ``software`` (KIP-511 name, exact), ``version`` (its version:
 comparisons joined by commas, ``>=0.9,<2``), ``client_id`` (a regular expression,
-searched), ``principal`` (exact, "User:...": known from a verified client certificate;
-a SASL identity passes through the gateway unread). Old clients send no KIP-511 software
+searched), ``principal`` (exact, "User:..."): the client's verified TLS certificate, or
+its SASL login (PLAIN, SCRAM, OAUTHBEARER, read as the broker's exchange goes by,
+``gateway.server.logins``). A rule with ``principal=`` does not match before the login
+(a connection's first ApiVersions comes before it) nor a login the gateway cannot read
+(GSSAPI): it falls through to the next rule. Old clients send no KIP-511 software
 (ApiVersions v3 came with Kafka 2.4), so their connections read "unknown" and are told
-apart by client id or principal. Actions: ``bridge``, ``refuse`` (requests at removed
-versions are answered as Kafka 4 answers them).
+apart by client id or principal.
+
+Actions:
+
+``bridge``
+    requests at versions the upstream removed are converted (the default).
+``refuse``
+    they are answered as Kafka 4 answers them.
+``cap LIMITS``
+    bridged, and every ApiVersions answer the client gets (at any ApiVersions version,
+    a modern client's too) tells it no version above the cap, so it speaks no higher.
+    LIMITS is either Kafka's API names with a version each, ``Fetch=2,Produce=1`` (an
+    API left unnamed is not capped), or an Apache Kafka release, ``0.10`` or ``2.0.1``:
+    what that release's broker advertised, each API at its max then, and an API it did
+    not have left out. An API whose lowest version lies above its cap is left out of
+    the answer (the client cannot be served within the cap). The cap is what the client
+    is told, not a filter: a client that sends a higher version anyway (one that never
+    asks ApiVersions) is served as any other. Capped answers are counted in
+    ``kafka_gateway_bridge_capped_answers_total`` and logged (``bridge.versions_capped``)
+    once per client identity.
 """
 
 from __future__ import annotations
@@ -24,9 +47,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..protocol import api_name
+from ..protocol._apis import api_key_of
+from ..versions import VersionRange, release_tracks
+
 BRIDGE = "bridge"
 REFUSE = "refuse"
-ACTIONS = (BRIDGE, REFUSE)
+CAP = "cap"
+ACTIONS = (BRIDGE, REFUSE, CAP)
 
 _COMPARE: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
     ">=": operator.ge,
@@ -58,6 +86,30 @@ class Rule:
     versions: tuple[tuple[str, tuple[int, ...]], ...] = ()
     client_id: re.Pattern[str] | None = None
     principal: str | None = None
+    # ``cap``: API key → the highest version told; ``cap_release``: a release's table
+    # (its APIs only), else the APIs unnamed are not capped.
+    cap: tuple[tuple[int, int], ...] = ()
+    cap_release: str | None = None
+
+    def capped(self, ranges: dict[int, VersionRange]) -> dict[int, VersionRange]:
+        """``ranges`` as this rule's cap lets the client be told them (a new dict)."""
+        limits = dict(self.cap)
+        out: dict[int, VersionRange] = {}
+        for key, (low, high) in ranges.items():
+            limit = limits.get(key)
+            if limit is None:
+                if self.cap_release is None:
+                    out[key] = (low, high)
+                continue
+            if limit >= low:
+                out[key] = (low, min(high, limit))
+        return out
+
+    def describe_cap(self) -> str:
+        """The cap as the rule wrote it (for logs)."""
+        if self.cap_release is not None:
+            return self.cap_release
+        return ",".join(f"{api_name(key)}={limit}" for key, limit in self.cap)
 
     def matches(
         self, software: str, version: str, client_id: str | None, principal: str | None
@@ -76,9 +128,15 @@ class Rule:
 def parse_rule(text: str) -> Rule:
     """One rule (see the module docstring); ValueError says what is wrong."""
     match, arrow, action = text.partition("->")
-    action = action.strip()
+    action, _, limits = action.strip().partition(" ")
     if not arrow or action not in ACTIONS:
-        raise ValueError(f"expected 'MATCH... -> bridge|refuse', got {text!r}")
+        raise ValueError(f"expected 'MATCH... -> bridge|refuse|cap LIMITS', got {text!r}")
+    if (action == CAP) != bool(limits.strip()):
+        raise ValueError(
+            f"{text!r}: 'cap' takes limits (cap Fetch=2,Produce=1 or cap 0.10), "
+            "'bridge' and 'refuse' take none"
+        )
+    cap, cap_release = _parse_cap(limits.strip()) if action == CAP else ((), None)
     fields: dict[str, str] = {}
     for item in match.split():
         if item == "*":
@@ -98,7 +156,59 @@ def parse_rule(text: str) -> Rule:
         client_id = re.compile(fields["client_id"]) if "client_id" in fields else None
     except re.error as exc:
         raise ValueError(f"client_id {fields['client_id']!r}: {exc}") from None
-    return Rule(action, fields.get("software"), tuple(versions), client_id, fields.get("principal"))
+    return Rule(
+        action,
+        fields.get("software"),
+        tuple(versions),
+        client_id,
+        fields.get("principal"),
+        cap,
+        cap_release,
+    )
+
+
+def _release_cap(text: str) -> tuple[tuple[int, int], ...] | None:
+    """What Apache Kafka release ``text`` ("0.10", "0.10.2.1", "2.0.1") advertised, API
+    key → max version; None when it names no release of the tables."""
+    parts = text.split(".")
+    if not all(p.isdigit() for p in parts):
+        return None
+    # Before 1.0 a release is named by three numbers (0.10.2), from 1.0 by two (2.0).
+    size = 3 if parts[0] == "0" else 2
+    name = ".".join((parts + ["0"] * size)[:size])
+    for track in ("zookeeper", "kraft"):  # 3.x and older: their ZooKeeper-mode brokers
+        for release in release_tracks()[track]:
+            if release.name == name:
+                return tuple(sorted((k, high) for k, (_low, high) in release.versions.items()))
+    return None
+
+
+def _parse_cap(limits: str) -> tuple[tuple[tuple[int, int], ...], str | None]:
+    """``cap``'s limits: (API key → max version, the release named or None)."""
+    if "=" not in limits:
+        table = _release_cap(limits)
+        if table is None:
+            known = ", ".join(r.name for r in release_tracks()["zookeeper"][:4])
+            raise ValueError(
+                f"cap {limits!r}: expected an Apache Kafka release ({known}, ... 4.4) "
+                "or API=VERSION pairs (cap Fetch=2,Produce=1)"
+            )
+        return table, limits
+    out: dict[int, int] = {}
+    for part in limits.split(","):
+        name, eq, number = part.strip().partition("=")
+        key = api_key_of(name)
+        if not eq or key is None:
+            raise ValueError(
+                f"cap {part.strip()!r}: expected API=VERSION with Kafka's API name "
+                "(Fetch=2, Produce=1, ListOffsets=0)"
+            )
+        if not number.isdigit() or int(number) > 0x7FFF:
+            raise ValueError(f"cap {part.strip()!r}: the version is a number from 0 to 32767")
+        if key in out:
+            raise ValueError(f"cap {limits!r}: {name} is capped twice")
+        out[key] = int(number)
+    return tuple(sorted(out.items())), None
 
 
 def decide(
@@ -108,11 +218,24 @@ def decide(
     client_id: str | None,
     principal: str | None,
 ) -> str:
-    """BRIDGE or REFUSE for a client."""
+    """BRIDGE or REFUSE for a client (a capped client is bridged)."""
+    rule = matching(rules, software, client_id, principal)
+    if rule is None:
+        return BRIDGE if enabled else REFUSE
+    return REFUSE if rule.action == REFUSE else BRIDGE
+
+
+def matching(
+    rules: Sequence[Rule],
+    software: tuple[str, str],
+    client_id: str | None,
+    principal: str | None,
+) -> Rule | None:
+    """The first rule that matches a client, if any."""
     for rule in rules:
         if rule.matches(software[0], software[1], client_id, principal):
-            return rule.action
-    return BRIDGE if enabled else REFUSE
+            return rule
+    return None
 
 
 def parse_rules(texts: Sequence[str]) -> tuple[Rule, ...]:

@@ -22,6 +22,8 @@ from kafka import codec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from . import inflate
+
 NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 LOG_APPEND_TIME = 1
 _TIMESTAMP_TYPE_BIT = 0x08
@@ -61,6 +63,10 @@ def read_batches(data: bytes | memoryview | None) -> list[Batch]:
     end with, is left out), control batches left out."""
     if not data:
         return []
+    try:
+        inflate.check(data)
+    except inflate.TooLarge as exc:
+        raise RecordsError(str(exc)) from None
     out: list[Batch] = []
     try:
         for batch in MemoryRecords(bytes(data)):

@@ -15,7 +15,8 @@ from ..bridge.policy import parse_rule, read_rules_file
 from ._declare import ConfigError, Shape, setting
 
 Rules = Annotated[
-    tuple[str, ...], Shape("a list of 'MATCH... -> bridge|refuse' rules", item_parse=parse_rule)
+    tuple[str, ...],
+    Shape("a list of 'MATCH... -> bridge|refuse|cap LIMITS' rules", item_parse=parse_rule),
 ]
 
 
@@ -44,8 +45,9 @@ class Bridge:
         table="bridge",
         name="policy",
         example=("client_id=^legacy-billing -> refuse", "principal=User:batch -> bridge"),
+        see="configuration.md#bridge-policy-rules",
         why="per-client exceptions, first match wins: 'client_id=REGEX software=NAME "
-        "version=<2.0 principal=User:x -> bridge|refuse'",
+        "version=<2.0 principal=User:x -> bridge|refuse|cap Fetch=2,Produce=1|cap 0.10'",
     )
     bridge_policy_file: str | None = setting(
         None,

@@ -29,3 +29,8 @@ class BridgeMetrics:
             "Record headers left out of message sets for Fetch v0-3 clients (magic 0/1 have none)",
             registry=r,
         )
+        self.capped = Counter(
+            "kafka_gateway_bridge_capped_answers_total",
+            "ApiVersions answers told no version above a [bridge] policy cap",
+            registry=r,
+        )

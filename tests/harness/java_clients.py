@@ -30,6 +30,9 @@ from .tools import find_tool, missing_tool_reason
 
 PROBE_DIR = Path(__file__).resolve().parents[1] / "clients" / "java"
 MAIN_CLASS = "kafkagateway.probe.Main"
+#: Kafka 1.0's AdminClient (kafka-clients 1.0.2), the admin v0s' client: the same
+#: command line and events, built the same way (``build(OLD_ADMIN)``).
+OLD_ADMIN = (PROBE_DIR / "old-admin", "kafkagateway.oldadmin.Main", "java-old-admin")
 _STAMP = ".complete"
 
 #: A client JVM on a 2-core box: small heap, C1 only (starts in well under a second), and
@@ -52,12 +55,12 @@ class JavaToolMissing(HarnessError):
         self.tool = tool
 
 
-def sources_hash() -> str:
+def sources_hash(probe_dir: Path = PROBE_DIR) -> str:
     """A hash of the probe's pom and sources: the cache key of a build."""
     digest = hashlib.sha256()
-    files = [PROBE_DIR / "pom.xml", *sorted((PROBE_DIR / "src").rglob("*.java"))]
+    files = [probe_dir / "pom.xml", *sorted((probe_dir / "src").rglob("*.java"))]
     for path in files:
-        digest.update(str(path.relative_to(PROBE_DIR)).encode() + b"\0")
+        digest.update(str(path.relative_to(probe_dir)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -111,6 +114,7 @@ class JavaProbe:
 
     classpath: str
     java: str
+    main_class: str = MAIN_CLASS
 
     def run(
         self,
@@ -123,7 +127,7 @@ class JavaProbe:
         """Run ``scenario`` against ``bootstrap``; options become ``--name value``
         (underscores in names turn into dashes). Raises if the probe itself fails (exit
         code not 0, or no ``done`` event); a failed client call is an ``error`` event."""
-        argv = [self.java, *JVM_OPTIONS, "-cp", self.classpath, MAIN_CLASS, scenario]
+        argv = [self.java, *JVM_OPTIONS, "-cp", self.classpath, self.main_class, scenario]
         argv += ["--bootstrap", bootstrap]
         for name, value in options.items():
             argv += [f"--{name.replace('_', '-')}", str(value)]
@@ -145,26 +149,30 @@ class JavaProbe:
         return run
 
 
-def build() -> JavaProbe:
-    """The probe built from the repository's sources (Maven, on first use per hash)."""
+def build(
+    program: tuple[Path, str, str] = (PROBE_DIR, MAIN_CLASS, "java-client-probe"),
+) -> JavaProbe:
+    """The probe built from the repository's sources (Maven, on first use per hash);
+    ``program``: (its directory, main class, cache name), e.g. ``OLD_ADMIN``."""
+    probe_dir, main_class, cache_name = program
     _tool("mvn")  # each raises JavaToolMissing (a skip) where absent
     _tool("javac")
     java = shutil.which("java") or _tool("javac")  # javac comes with a java
-    target = cache_root() / f"java-client-probe-{sources_hash()}"
+    target = cache_root() / f"{cache_name}-{sources_hash(probe_dir)}"
     classpath = f"{target / 'build' / 'classes'}:{target / 'lib'}/*"
     if (target / _STAMP).exists():
-        return JavaProbe(classpath, java)
+        return JavaProbe(classpath, java, main_class)
     with file_lock(target.with_suffix(".lock")):
         if not (target / _STAMP).exists():
             shutil.rmtree(target, ignore_errors=True)
             try:
                 maven(
                     "build the Java client probe",
-                    "-f", str(PROBE_DIR / "pom.xml"), f"-Dprobe.build.dir={target / 'build'}",
+                    "-f", str(probe_dir / "pom.xml"), f"-Dprobe.build.dir={target / 'build'}",
                     "compile", "dependency:copy-dependencies",
                     "-DincludeScope=runtime", f"-DoutputDirectory={target / 'lib'}",
                 )  # fmt: skip
             except KafkaDistError as exc:
                 raise HarnessError(str(exc)) from None
-            (target / _STAMP).write_text(sources_hash() + "\n")
-    return JavaProbe(classpath, java)
+            (target / _STAMP).write_text(sources_hash(probe_dir) + "\n")
+    return JavaProbe(classpath, java, main_class)

@@ -13,6 +13,8 @@ them, plus the LISTENERS below:
 * ``REAUTH``: SASL_PLAINTEXT with PLAIN and ``connections.max.reauth.ms`` (KIP-368), so
   clients must re-authenticate mid-connection and expired sessions are closed.
 
+Delegation tokens are on (``delegation.token.secret.key``).
+
 Every listener advertises ``unreachable.invalid``: a client only gets anywhere through
 the gateway's address rewriting.
 """
@@ -136,6 +138,8 @@ def security_properties(
         + "".join(f",{name}://{UNREACHABLE_HOST}:{port}" for name, port in ports.items()),
         "listener.security.protocol.map": base["listener.security.protocol.map"]
         + "".join(f",{name}:{LISTENERS[name][0]}" for name in ports),
+        # Delegation tokens on (KIP-48): a SASL login may create them.
+        "delegation.token.secret.key": "kafka-gateway-tests-token-secret",
     }
     for name in ports:
         protocol, mechanisms, extra = LISTENERS[name]

@@ -96,6 +96,7 @@ PINNED: dict[str, tuple[str, list[str]]] = {
     "kafka_gateway_bridged_connections": ("gauge", []),
     "kafka_gateway_bridge_cpu_seconds": ("counter", []),
     "kafka_gateway_bridge_headers_dropped": ("counter", []),
+    "kafka_gateway_bridge_capped_answers": ("counter", []),
 }
 
 

@@ -43,7 +43,7 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
         "finalized_epoch": report.epoch,
     }
     # An old client the version bridge serves is told the versions it carries.
-    ranges = advertised(ctx, ctx.ranges, header.api_version, header.client_id)
+    ranges = advertised(ctx, ctx.ranges, header.api_version, header.client_id, body)
     answer = answer_api_versions(
         header,
         body,

@@ -253,3 +253,36 @@ def test_the_policy_file_is_read_again_on_reload(tmp_path: Any) -> None:
     with pytest.raises(hook.PolicyFileError, match=r"bridge-policy\.txt:1"):
         hook.reload_policy(config)
     assert not hook.serves(ctx, "app")  # type: ignore[arg-type]  # the rules before it stay
+
+
+def test_a_capped_client_is_told_no_version_above_its_cap() -> None:
+    ctx = FakeExchange(Config(bridge_policy=("client_id=^legacy -> cap Fetch=1,Produce=1",)))
+    told = hook.advertised(ctx, ctx.ranges, 0, "legacy-1")  # type: ignore[arg-type]
+    assert (told[0], told[1], told[2]) == ((0, 1), (0, 1), (0, KAFKA_44[2][1]))
+    assert hook.advertised(ctx, ctx.ranges, 0, "app")[1] == (0, KAFKA_44[1][1])  # type: ignore[arg-type]
+    # A modern client (ApiVersions v3+) matching the rule is capped too: Fetch v4 is its
+    # lowest, above the cap, so it is told no Fetch; one that does not match: unchanged.
+    modern = hook.advertised(ctx, ctx.ranges, 3, "legacy-2")  # type: ignore[arg-type]
+    assert 1 not in modern and modern[0] == (KAFKA_44[0][0], 1)
+    assert hook.advertised(ctx, ctx.ranges, 3, "app") is ctx.ranges  # type: ignore[arg-type]
+    metrics = ctx.gateway.metrics.bridge  # type: ignore[attr-defined]
+    assert metrics.capped._value.get() == 2
+    # Capped and bridged: its Produce v2 goes up as v3 all the same.
+    request, body = _request(_produce(-1, client_id="legacy-1"))
+    assert hook.carry(ctx, request, body)  # type: ignore[arg-type]
+    assert [version for version, _ in ctx.sent] == [3]
+
+
+def test_a_cap_by_software_reads_the_kip_511_name_of_the_request() -> None:
+    ctx = FakeExchange(Config(bridge_policy=("software=kcat version=<2 -> cap Metadata=4",)))
+    body = encode(
+        "ApiVersionsRequest",
+        3,
+        {"ClientSoftwareName": "kcat", "ClientSoftwareVersion": "1.7.1"},
+    )
+    told = hook.advertised(ctx, ctx.ranges, 3, "rdkafka", body)  # type: ignore[arg-type]
+    assert told[3] == (KAFKA_44[3][0], 4)
+    newer = encode(
+        "ApiVersionsRequest", 3, {"ClientSoftwareName": "kcat", "ClientSoftwareVersion": "2.0"}
+    )
+    assert hook.advertised(ctx, ctx.ranges, 3, "rdkafka", newer) is ctx.ranges  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.bridge import plan, policy
@@ -23,6 +25,8 @@ def test_the_removed_versions_are_read_from_the_specs() -> None:
         19: (0, 1),
         20: (0, 0),
         23: (0, 1),
+        # The admin v0s: ACLs, DescribeConfigs, log dirs, delegation tokens.
+        **{key: (0, 0) for key in (29, 30, 31, 32, 34, 35, 38, 39, 40, 41)},
     }
 
 
@@ -111,3 +115,73 @@ def test_without_a_match_the_switch_decides() -> None:
 def test_bad_rules_say_why(text: str) -> None:
     with pytest.raises(ValueError):
         policy.parse_rule(text)
+
+
+# -- cap ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("* -> cap", "'cap' takes limits"),
+        ("* -> bridge Fetch=2", "'bridge' and 'refuse' take none"),
+        ("* -> cap Fetsh=2", "expected API=VERSION with Kafka's API name"),
+        ("* -> cap Fetch=two", "the version is a number from 0 to 32767"),
+        ("* -> cap Fetch=-1", "the version is a number from 0 to 32767"),
+        ("* -> cap Fetch=40000", "the version is a number from 0 to 32767"),
+        ("* -> cap Fetch=2,Fetch=3", "Fetch is capped twice"),
+        ("* -> cap 0.8", "expected an Apache Kafka release"),
+        ("* -> cap 9.1", "expected an Apache Kafka release"),
+        ("* -> cap 0.10,Fetch=3", "expected API=VERSION"),
+    ],
+)
+def test_bad_caps_say_why(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        policy.parse_rule(text)
+
+
+def test_a_cap_by_api_clips_those_it_names_and_leaves_the_rest() -> None:
+    rule = policy.parse_rule("client_id=^legacy -> cap Fetch=2, Produce=1,ListOffsets=0")
+    assert rule.action == policy.CAP and rule.describe_cap() == "Produce=1,Fetch=2,ListOffsets=0"
+    told = rule.capped(plan.widen(KAFKA_44, KAFKA_44))
+    assert (told[0], told[1], told[2]) == ((0, 1), (0, 2), (0, 0))
+    assert told[3] == KAFKA_44[3]  # Metadata: not named, not capped
+    # Unwidened (a client the bridge does not widen for), Fetch starts at 4: above the
+    # cap, so the client is told no Fetch at all.
+    assert 1 not in rule.capped(KAFKA_44)
+
+
+@pytest.mark.parametrize(
+    ("name", "row"), [("0.10", "0.10.0"), ("0.10.2.1", "0.10.2"), ("2.0.1", "2.0")]
+)
+def test_a_cap_by_release_is_that_brokers_table(name: str, row: str) -> None:
+    release = next(r for r in release_tracks()["zookeeper"] if r.name == row)
+    rule = policy.parse_rule(f"* -> cap {name}")
+    widened = plan.widen(KAFKA_44, KAFKA_44)
+    told = rule.capped(widened)
+    # What it lacked is left out, and what 4.4 no longer serves at that release's
+    # versions (WriteTxnMarkers v0, for 2.0).
+    kept = {
+        k for k in set(release.versions) & set(KAFKA_44) if release.versions[k][1] >= widened[k][0]
+    }
+    assert set(told) == kept and {0, 1, 2, 3, 18} <= kept
+    for key, (low, high) in told.items():
+        assert high == min(release.versions[key][1], KAFKA_44[key][1]), key
+        assert low == widened[key][0], key
+
+
+def test_a_capped_client_is_bridged() -> None:
+    rules = policy.parse_rules(["client_id=^legacy -> cap 0.10"])
+    assert policy.decide(rules, False, ("unknown", "unknown"), "legacy-1", None) == "bridge"
+    assert policy.matching(rules, ("unknown", "unknown"), "app", None) is None
+
+
+def test_a_bad_cap_in_the_config_or_the_policy_file_names_itself(tmp_path: Path) -> None:
+    from gateway.config import ConfigError, load_config
+
+    config = tmp_path / "gateway.toml"
+    config.write_text('[bridge]\npolicy = ["* -> cap Fetch=2,Fetsh=1"]\n')
+    with pytest.raises(ConfigError, match="Fetsh=1"):
+        load_config(str(config))
+    rules = tmp_path / "rules.txt"
+    rules.write_text("# legacy\nclient_id=^a -> cap 0.10\nclient_id=^b -> cap 0.3\n")
+    with pytest.raises(ValueError, match=r"rules.txt:3: cap '0.3'"):
+        policy.read_rules_file(str(rules))

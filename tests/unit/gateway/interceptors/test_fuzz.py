@@ -328,3 +328,139 @@ def test_a_null_feature_updates_array_is_an_invalid_request() -> None:
         assert "null" in str(exc)
     else:
         raise AssertionError("a null FeatureUpdates array decoded")
+
+
+# -- bridged connections (gateway.bridge) -------------------------------------------------
+# Requests at the versions Kafka 4 removed, as dispatch hands them to the bridge: every
+# bridged API at every removed version (spec-random bodies, whose records are garbage
+# message sets), and Produce v0-2 with real message sets (magic 0 and 1, gzip), mutated
+# and cut; then each converted request's answer, garbage or a mutated valid one.
+def _bridge_seeds() -> tuple[list[bytes], dict[tuple[int, int], list[bytes]]]:
+    import random
+
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    from gateway.bridge import messages
+    from gateway.kafka_client import request_frame
+    from tests.unit.gateway.bridge.test_hook import KAFKA_44
+    from tests.unit.gateway.bridge.test_messages import _random
+
+    rng = random.Random("bridge")
+    requests: list[bytes] = []
+    answers: dict[tuple[int, int], list[bytes]] = {}
+    for key, bridged in sorted(bridge_plan.plans(KAFKA_44).items()):
+        name = api_spec(key).name  # type: ignore[union-attr]
+        for version in range(bridged.oldest, bridged.target):
+            values = _random(rng, messages.schema(f"{name}Request", version))
+            body = messages.encode(f"{name}Request", version, values)
+            requests.append(request_frame(key, version, len(requests) + 1, body, "old"))
+        answer = messages.schema(f"{name}Response", bridged.target)
+        answers[(key, bridged.target)] = [
+            messages.encode(f"{name}Response", bridged.target, _random(rng, answer))
+            for _ in range(2)
+        ]
+    # The last: a gzip bomb (80 MB of zeros in ~80 KB), which the bridge refuses.
+    for version, magic, compression, size in (
+        (0, 0, 0, 0),
+        (1, 0, 1, 0),
+        (2, 1, 0, 0),
+        (2, 1, 1, 0),
+        (2, 1, 1, 80 << 20),
+    ):
+        builder = MemoryRecordsBuilder(magic, compression, 1 << 30)
+        for i in range(3):
+            builder.append(
+                timestamp=1000 + i, key=b"k", value=b"v%d" % i * 20 + bytes(size * (i == 0))
+            )
+        builder.close()
+        partition = {"Index": 0, "Records": bytes(builder.buffer())}
+        values = {
+            "Acks": -1,
+            "TimeoutMs": 100,
+            "TopicData": [{"Name": "t", "PartitionData": [partition]}],
+        }
+        body = messages.encode("ProduceRequest", version, values)
+        requests.append(request_frame(0, version, 900 + version, body, "old"))
+    return requests, answers
+
+
+from gateway.bridge import hook as bridge  # noqa: E402
+from gateway.bridge import plan as bridge_plan  # noqa: E402
+
+BRIDGE_REQUESTS, BRIDGE_ANSWERS = _bridge_seeds()
+# Memory a bridged request and its answer may take, at most: a fixed allowance and a
+# multiple of the bytes that came in (decoded messages are dicts: ~100 bytes an element).
+BRIDGE_MEMORY = (4 << 20, 400)
+
+
+def _held_back(key: int, version: int) -> bool:
+    from tests.unit.gateway.bridge.test_hook import KAFKA_44
+
+    bridged = bridge_plan.plans(KAFKA_44).get(key)
+    return bridged is not None and bridged.carries(version)
+
+
+@FUZZ
+@given(
+    data=streams(BRIDGE_REQUESTS),
+    cuts=st.lists(st.integers(0, 4096), max_size=8),
+    answer=st.data(),
+)
+def test_bridged_requests_and_their_answers_survive_malformed_bytes(
+    data: bytes, cuts: list[int], answer: Any
+) -> None:
+    import tracemalloc
+
+    from tests.unit.gateway.bridge.test_hook import FakeExchange
+
+    reader = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME)  # the bomb's size
+    items = feed(reader, chunked(data, cuts))
+    assert forwarded_size(items) <= len(data)
+    for item in items:
+        if not isinstance(item, RequestFrame) or not _held_back(
+            item.header.api_key, item.header.api_version
+        ):
+            continue
+        ctx = FakeExchange()
+        body = memoryview(item.frame)[4 + item.header.body_offset :]
+        tracemalloc.start()
+        try:
+            assert bridge.carry(ctx, item, body)  # type: ignore[arg-type]
+            if ctx.violations:  # malformed: closed, as Kafka closes, and nothing sent
+                assert ctx.closed and not ctx.sent and not ctx.unanswered
+                continue
+            assert len(ctx.sent) + len(ctx.unanswered) == 1
+            if not ctx.handlers:
+                continue
+            target = ctx.sent[0][0]
+            seeds = BRIDGE_ANSWERS[(item.header.api_key, target)]
+            reply = answer.draw(st.one_of(st.binary(max_size=256), mutated(seeds)))
+            ctx.handlers[0](memoryview(struct.pack(">i", -5) + reply))
+            assert ctx.answers or ctx.closed  # an answer it cannot bring down: closed
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        allowance, ratio = BRIDGE_MEMORY
+        assert peak <= allowance + ratio * (len(item.frame) + len(reply)), peak
+
+
+def test_a_bridged_gzip_bomb_is_refused_within_bounded_memory() -> None:
+    """The seeds' bomb as sent: the bridge measures what it would inflate and closes."""
+    import tracemalloc
+
+    from tests.unit.gateway.bridge.test_hook import FakeExchange
+
+    bomb = BRIDGE_REQUESTS[-1]
+    (item,) = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME).feed(bomb)
+    assert isinstance(item, RequestFrame) and len(bomb) < 100_000
+    ctx = FakeExchange()
+    tracemalloc.start()
+    try:
+        body = memoryview(item.frame)[4 + item.header.body_offset :]
+        assert bridge.carry(ctx, item, body)  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ctx.violations == ["malformed_request"] and ctx.closed and not ctx.sent
+    allowance, ratio = BRIDGE_MEMORY
+    assert peak <= allowance + ratio * len(bomb), peak
