@@ -47,8 +47,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..protocol import api_name
-from ..protocol._apis import api_key_of
+from ..protocol import api_key_of, api_name
 from ..versions import VersionRange, release_tracks
 
 BRIDGE = "bridge"

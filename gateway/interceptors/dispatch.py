@@ -30,7 +30,6 @@ import functools
 from collections.abc import Callable, Mapping
 from functools import cache
 
-from ..bridge import hook as bridge
 from ..features.report import FeatureReport
 from ..kafka_client import UPSTREAM_API_VERSIONS
 from ..observability.logging import RateLimitedLogger, get_logger
@@ -55,6 +54,7 @@ from ..protocol import (
 )
 from ..versions import ApiVersionsError, VersionRange, parse_upstream_api_versions
 from . import addresses, registry
+from . import bridging as bridge
 from . import upstream as internal
 from .context import Exchange, GatewayView
 from .reject import reject

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import ssl
 
-from ..bridge.hook import PolicyFileError, reload_policy
 from ..config import Config, ConfigError, reloaded
 from ..features.catalogue import CatalogueError
+from ..interceptors.bridging import PolicyFileError, reload_policy
 from ..observability.logging import RateLimitedLogger, get_logger
 from ..observability.metrics import Metrics
 from ..observability.release_watch import ReleaseWatch

@@ -7,10 +7,10 @@ The bytes are ``gateway.interceptors.api_versions``'s.
 
 from __future__ import annotations
 
-from ...bridge.hook import advertised
 from ...observability.logging import RateLimitedLogger, get_logger
 from ...protocol import API_VERSIONS, RequestFrame
 from ..api_versions import answer_api_versions
+from ..bridging import advertised
 from ..context import Exchange
 from ..filter import Filter
 

@@ -342,8 +342,8 @@ def _bridge_seeds() -> tuple[list[bytes], dict[tuple[int, int], list[bytes]]]:
 
     from gateway.bridge import messages
     from gateway.kafka_client import request_frame
-    from tests.unit.gateway.bridge.test_hook import KAFKA_44
     from tests.unit.gateway.bridge.test_messages import _random
+    from tests.unit.gateway.interceptors.test_bridging import KAFKA_44
 
     rng = random.Random("bridge")
     requests: list[bytes] = []
@@ -384,8 +384,8 @@ def _bridge_seeds() -> tuple[list[bytes], dict[tuple[int, int], list[bytes]]]:
     return requests, answers
 
 
-from gateway.bridge import hook as bridge  # noqa: E402
 from gateway.bridge import plan as bridge_plan  # noqa: E402
+from gateway.interceptors import bridging as bridge  # noqa: E402
 
 BRIDGE_REQUESTS, BRIDGE_ANSWERS = _bridge_seeds()
 # Memory a bridged request and its answer may take, at most: a fixed allowance and a
@@ -394,7 +394,7 @@ BRIDGE_MEMORY = (4 << 20, 400)
 
 
 def _held_back(key: int, version: int) -> bool:
-    from tests.unit.gateway.bridge.test_hook import KAFKA_44
+    from tests.unit.gateway.interceptors.test_bridging import KAFKA_44
 
     bridged = bridge_plan.plans(KAFKA_44).get(key)
     return bridged is not None and bridged.carries(version)
@@ -411,7 +411,7 @@ def test_bridged_requests_and_their_answers_survive_malformed_bytes(
 ) -> None:
     import tracemalloc
 
-    from tests.unit.gateway.bridge.test_hook import FakeExchange
+    from tests.unit.gateway.interceptors.test_bridging import FakeExchange
 
     reader = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME)  # the bomb's size
     items = feed(reader, chunked(data, cuts))
@@ -448,7 +448,7 @@ def test_a_bridged_gzip_bomb_is_refused_within_bounded_memory() -> None:
     """The seeds' bomb as sent: the bridge measures what it would inflate and closes."""
     import tracemalloc
 
-    from tests.unit.gateway.bridge.test_hook import FakeExchange
+    from tests.unit.gateway.interceptors.test_bridging import FakeExchange
 
     bomb = BRIDGE_REQUESTS[-1]
     (item,) = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME).feed(bomb)

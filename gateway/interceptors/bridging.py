@@ -14,15 +14,15 @@ from __future__ import annotations
 import struct
 import time
 
+from ..bridge import plan, policy
+from ..bridge.convert import request_up
 from ..config import Config
-from ..interceptors.api_versions import read_client_software
-from ..interceptors.context import Exchange
 from ..kafka_client import request_frame, response_body
 from ..observability.logging import RateLimitedLogger
 from ..protocol import RequestFrame, api_name, api_spec, response_header
 from ..versions import VersionRange
-from . import plan, policy
-from .convert import request_up
+from .api_versions import read_client_software
+from .context import Exchange
 
 limited = RateLimitedLogger("gateway.bridge")
 # Client identities already logged as bridged (bounded: past it, the rate limit alone).

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecordsBuilder
 from prometheus_client import CollectorRegistry
 
-from gateway.bridge import hook
 from gateway.bridge.messages import decode, encode
 from gateway.client_info import ClientInfo
 from gateway.config import Config
+from gateway.interceptors import bridging as hook
 from gateway.kafka_client import request_frame
 from gateway.observability.metrics import Metrics
 from gateway.protocol import InFlight, RequestFrame, parse_request_header
