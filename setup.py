@@ -1,18 +1,28 @@
-"""The compiled scanner (gateway/protocol/_scan.pyx, _tables.pyx) and the connection reads
-that call it (gateway/server/_lane.pyx); everything else is in pyproject.toml.
+"""The compiled scanner (gateway/protocol/_scan.pyx, _tables.pyx), the rules it runs
+(gateway/protocol/_hotpath.py, compiled as it stands, with _hotpath.pxd) and the
+connection reads that call it (gateway/server/_lane.pyx); everything else is in
+pyproject.toml.
 
-setuptools compiles the .pyx with Cython (a build requirement). ``optional``: without a
-C compiler the install still succeeds, and the gateway runs the scanner's Python twin
-(gateway/protocol/_scan_py.py); tests/unit/gateway/protocol/test_lane.py fails in CI if
-that happened.
+Cython (a build requirement) compiles the four. ``optional``: without a C compiler the
+install still succeeds, and the gateway runs the scanner's Python twin
+(gateway/protocol/_scan_py.py) and _hotpath.py as plain Python;
+tests/unit/gateway/protocol/test_lane.py fails in CI if that happened.
 """
 
+from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 setup(
-    ext_modules=[
-        Extension("gateway.protocol._tables", ["gateway/protocol/_tables.pyx"], optional=True),
-        Extension("gateway.protocol._scan", ["gateway/protocol/_scan.pyx"], optional=True),
-        Extension("gateway.server._lane", ["gateway/server/_lane.pyx"], optional=True),
-    ]
+    ext_modules=cythonize(
+        [
+            Extension(name, [path], optional=True)
+            for name, path in (
+                ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
+                ("gateway.protocol._hotpath", "gateway/protocol/_hotpath.py"),
+                ("gateway.protocol._scan", "gateway/protocol/_scan.pyx"),
+                ("gateway.server._lane", "gateway/server/_lane.pyx"),
+            )
+        ],
+        language_level=3,
+    )
 )

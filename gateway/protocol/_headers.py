@@ -6,15 +6,13 @@ import struct
 from dataclasses import dataclass
 
 from ._apis import CONTROLLED_SHUTDOWN, api_spec
+from ._hot import produce_acks as _produce_acks
 from ._walk import skip_tagged_fields
 from ._wire import (
-    INT16,
     INT32,
     Incomplete,
     Malformed,
     read_classic_string,
-    skip_classic_string,
-    skip_compact_string,
 )
 
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
@@ -63,23 +61,13 @@ def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHead
 
 def produce_acks(payload: bytes | bytearray | memoryview, version: int, start: int = 0) -> int:
     """The ``acks`` of a Produce request payload (from ``start`` to the end of
-    ``payload``), reading only as far as that field.
+    ``payload``), reading only as far as that field (``_hotpath.produce_acks``, the
+    rule the scanner runs too).
 
-    Raises Incomplete when ``payload`` is a prefix that ends before acks.
-    A Produce request with acks=0 gets no response from Kafka, so the in-flight
-    table must not wait for one.
+    Raises Incomplete when ``payload`` is a prefix that ends before acks, Malformed when
+    a length before it cannot be.
     """
-    # Produce v0-v8 use header v1, v9+ header v2 (flexible).
-    pos = start + 8
-    pos = skip_classic_string(payload, pos)  # client_id: skipped, not decoded
-    flexible = version >= 9
-    if flexible:
-        pos = skip_tagged_fields(payload, pos)
-    if version >= 3:  # transactional_id precedes acks
-        pos = skip_compact_string(payload, pos) if flexible else skip_classic_string(payload, pos)
-    if pos + 2 > len(payload):
-        raise Incomplete
-    return INT16.unpack_from(payload, pos)[0]
+    return _produce_acks(payload, start, len(payload), version)
 
 
 def response_header(correlation_id: int, header_version: int) -> bytes:

@@ -4,15 +4,17 @@ Two loops, one per direction, apply them to the frames of a read:
 ``take_requests`` reads each request's head and checks its size, tells whether it
 awaits an answer (a Produce's acks, ``produce_acks``), gives it an in-flight entry and
 counts it; ``take_responses`` reads each response's head and checks its size, matches
-it to the oldest entry (``answers``) and counts it (``count_response``). The scanner's
+it to the oldest entry (``answers``) and counts it (``count_response``). The rules
+themselves (frame bounds, acks, ``answers``, ``releases_local``) are ``_hotpath``'s, the
+one source the compiled scanner runs too. The scanner's
 twin (``_scan_py``) is these loops under its ``PlainTable``; the readers
 (``RequestReader``, ``ResponseReader``) run them on what the scanner left, under their
 interceptors' policy, and handle only the frame where a loop stops: an intercepted
 one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer the
 table's order does not settle (``InFlight.match_upstream``, ``finish``), or the error
-that closes the connection. ``_scan.pyx`` is the C copy of the same rules, held to this
-one by tests/unit/gateway/protocol/test_scan.py and test_lane.py. Why each rule holds:
-docs/protocol.md#wire-rules.
+that closes the connection. ``_scan.pyx`` is the same loops in C, over the compiled
+build of the same rules, held to these by tests/unit/gateway/protocol/test_scan.py and
+test_lane.py. Why each rule holds: docs/protocol.md#wire-rules.
 
 They run for every frame on the Python path, so they are loops, not a call a frame:
 what a frame costs here is what a hand-written loop would. Where a loop stops it says
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ._apis import PRODUCE, SASL_HANDSHAKE
-from ._headers import produce_acks
+from ._hot import answers, produce_acks, releases_local, request_end, response_end
 from ._wire import INT32, Incomplete, Malformed
 
 # The first bytes of a frame: a request's size, api key, api version and correlation id;
@@ -35,14 +37,10 @@ REQUEST_HEAD = struct.Struct(">ihhi")
 RESPONSE_HEAD = struct.Struct(">ii")
 REQUEST_HEAD_BYTES = REQUEST_HEAD.size
 RESPONSE_HEAD_BYTES = RESPONSE_HEAD.size
-# The least a size may say: what the head holds after it (a raw SASL token may be empty).
-REQUEST_MIN_SIZE = 8
-RESPONSE_MIN_SIZE = 4
+# The least a raw SASL token's size may say: it may be empty. (A request's and a
+# response's: ``_hotpath.request_end``, ``response_end``.)
 TOKEN_MIN_SIZE = 0
 _NONE = (1, 0)  # no versions
-# A Produce's acks lies within its first bytes unless its client id or transactional id
-# is long: that many are copied to read it (a produce may be megabytes long).
-_ACKS_WITHIN = 256
 
 # Why a loop stopped at a frame (its size is within bounds):
 PARTIAL = 0  # not all here (a reader takes a request if its acks are here, see below)
@@ -68,7 +66,7 @@ class FrameError(Exception):
         self.at = at
 
 
-def _refuse(size: int, minimum: int, max_frame_bytes: int, at: int) -> NoReturn:
+def _refuse(size: int, max_frame_bytes: int, at: int) -> NoReturn:
     if size > max_frame_bytes:
         raise FrameError(
             "oversize_frame", f"frame of {size} bytes exceeds max_frame_bytes={max_frame_bytes}", at
@@ -83,7 +81,7 @@ def token_end(buf: Any, pos: int, max_frame_bytes: int) -> int:
     (size,) = INT32.unpack_from(buf, pos)
     if TOKEN_MIN_SIZE <= size <= max_frame_bytes:
         return pos + 4 + size
-    _refuse(size, TOKEN_MIN_SIZE, max_frame_bytes, pos)
+    _refuse(size, max_frame_bytes, pos)
 
 
 def take_requests(
@@ -114,12 +112,11 @@ def take_requests(
     reader read its mechanism); an acks=0 produce too, unless ``unanswered`` (a reader's
     ``InFlight.add_acks0``, which counts it and may keep it) takes it."""
     pos = start
-    view = None  # of buf, made for the first Produce
     while end - pos >= REQUEST_HEAD_BYTES:
         size, key, version, correlation_id = REQUEST_HEAD.unpack_from(buf, pos)
-        if not REQUEST_MIN_SIZE <= size <= max_frame_bytes:
-            _refuse(size, REQUEST_MIN_SIZE, max_frame_bytes, pos)
-        stop = pos + 4 + size
+        stop = request_end(size, pos, max_frame_bytes)
+        if stop < 0:
+            _refuse(size, max_frame_bytes, pos)
         if plain is not None:
             if stop > end:
                 return pos, PARTIAL
@@ -134,18 +131,8 @@ def take_requests(
         awaited = True
         if key == PRODUCE:  # the one request Kafka may leave unanswered: acks=0
             here = stop if stop < end else end  # no min(): a call a frame
-            try:
-                # A copy of the start, where acks nearly always is; else read in place.
-                if here - pos <= 4 + _ACKS_WITHIN:
-                    awaited = produce_acks(buf[pos + 4 : here], version) != 0
-                else:
-                    try:
-                        head = buf[pos + 4 : pos + 4 + _ACKS_WITHIN]
-                        awaited = produce_acks(head, version) != 0
-                    except Incomplete:
-                        if view is None:
-                            view = memoryview(buf)
-                        awaited = produce_acks(view[pos + 4 : here], version) != 0
+            try:  # read in place, however long the produce is
+                awaited = produce_acks(buf, pos + 4, here, version) != 0
             except Incomplete:
                 return pos, PARTIAL if stop > end else UNREADABLE
             except Malformed:
@@ -168,41 +155,12 @@ def take_requests(
     return pos, DONE
 
 
-def answers(entry: Any, correlation_id: int) -> bool:
-    """Whether a response with ``correlation_id`` answers ``entry`` when ``entry`` is
-    the oldest request sent upstream that is not answered yet (a broker answers in
-    order; ``InFlight``): the ids match, and the request went upstream and awaits an
-    answer. (An acks=0 produce awaits none; ``InFlight.match_upstream`` says when a
-    response is its answer all the same.)"""
-    return (
-        entry.correlation_id == correlation_id
-        and entry.expects_response
-        and entry.to_upstream
-        and entry.local is None
-    )
-
-
 def count_response(counts: Any, entry: Any, now: float) -> None:
     """Count the answer to ``entry`` and its latency, from the request's read to ``now``
     (the gateway's own requests, which carry a handler in ``context``, are not client
     traffic)."""
     if entry.context is None:
         counts.response(entry.api_key, entry.api_version, now - entry.started)
-
-
-def releases_local(entries: list[Any], after: int) -> bool:
-    """Whether answering the entry before ``after`` lets a local answer behind it go
-    out (only acks=0 produces between them, which get no answer): ``InFlight.finish``
-    does that, so the loop leaves such an answer to it."""
-    count = len(entries)
-    while after < count:  # no copy of the rest of the table, no iterator: a frame's cost
-        entry = entries[after]
-        if entry.local is not None:
-            return True
-        if entry.expects_response:
-            return False
-        after += 1
-    return False
 
 
 def take_responses(
@@ -239,9 +197,9 @@ def take_responses(
     try:
         while end - pos >= RESPONSE_HEAD_BYTES:
             size, correlation_id = RESPONSE_HEAD.unpack_from(buf, pos)
-            if not RESPONSE_MIN_SIZE <= size <= max_frame_bytes:
-                _refuse(size, RESPONSE_MIN_SIZE, max_frame_bytes, pos)
-            stop = pos + 4 + size
+            stop = response_end(size, pos, max_frame_bytes)
+            if stop < 0:
+                _refuse(size, max_frame_bytes, pos)
             if stop > end:
                 return pos, PARTIAL
             if answered == count:

@@ -1,6 +1,7 @@
 """The scanner's Python twin: the functions of ``gateway/protocol/_scan.pyx`` and the
 types of ``_tables.pyx``, with the same signatures and the same contract (read
-``_scan.pyx``'s docstring), in Python.
+``_scan.pyx``'s docstring), in Python. Its rules are the compiled scanner's own source
+(``_hotpath``, run as plain Python), and its loops the readers' (``_rules``).
 
 What runs where the scanner was not compiled (no C compiler at install time), or with
 ``KAFKA_GATEWAY_PURE_PYTHON=1`` in the environment (``gateway.protocol._scanner``).
@@ -14,11 +15,9 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from ._apis import SASL_HANDSHAKE
+from ._hot import scanner_takes_key, tail_empty, walk
 from ._rules import FrameError, take_requests, take_responses
 from ._stats import LATENCY_BUCKETS, ApiStats
-from ._walk import skip_tagged_fields, tags_offset
-from ._wire import Incomplete, Malformed
 
 COMPILED = False
 
@@ -82,30 +81,16 @@ class InFlightRequest:
         self.expects_response = expects_response
 
 
-def tail_offset(key: int, version: int, program: object, body: bytes) -> int:
-    """Where the walk of ``body`` ends, or -1 (``tags_offset``, which the compiled
-    scanner's C walk is held to)."""
-    try:
-        return tags_offset(key, version, body)
-    except (Incomplete, Malformed):
-        return -1
-
-
-def _tail_empty(key: int, version: int, buf: bytes, pos: int, end: int) -> bool:
-    """Whether the response from ``pos`` (after its correlation id) to ``end`` has an
-    empty top-level tagged section, its last byte."""
-    body = memoryview(buf)[:end]
-    try:
-        pos = tags_offset(key, version, body, skip_tagged_fields(body, pos))
-    except (Incomplete, Malformed):
-        return False
-    return pos == end - 1 and buf[pos] == 0
+def tail_offset(key: int, version: int, program: tuple[int, ...], body: bytes) -> int:
+    """Where the walk of ``body``, a response body of ``key``/``version`` whose walk is
+    ``program`` (``tail_program``), ends, or -1 (the tests hold it to ``tags_offset``)."""
+    return walk(program, 0, body, 0, len(body))
 
 
 class PlainTable:
     """The compiled ``PlainTable``: what the scanner takes (see ``_scan.pyx``)."""
 
-    __slots__ = ("_forwarded", "_headed", "_plain", "_walked", "book", "heads")
+    __slots__ = ("_forwarded", "_headed", "_plain", "_programs", "_walked", "book", "heads")
 
     def __init__(
         self,
@@ -117,7 +102,7 @@ class PlainTable:
         book: object,
     ) -> None:
         def usable(key: int) -> bool:
-            return 0 <= key < _KEYS and key != SASL_HANDSHAKE
+            return 0 <= key < _KEYS and scanner_takes_key(key)
 
         self._forwarded = {
             key: (low, min(high, first_rewritten.get(key, 1 << 15) - 1))
@@ -126,6 +111,7 @@ class PlainTable:
         }
         self._headed = {key: (low, high) for key, (low, high) in headed.items() if usable(key)}
         walked: dict[int, tuple[int, int]] = {}
+        self._programs = walks
         for key, version in sorted(walks):
             if not (usable(key) and 0 <= version < _WALK_VERSIONS):
                 continue
@@ -177,7 +163,8 @@ class PlainTable:
         key, version = entry.api_key, entry.api_version  # not forwarded (the loop asked)
         low, high = self._walked.get(key, _NONE)
         if low <= version <= high:
-            return written if _tail_empty(key, version, buf, pos + 8, stop) else -1
+            program = self._programs[key, version]
+            return written if tail_empty(program, buf, pos + 8, stop) else -1
         low, high = self._headed.get(key, _NONE)
         if low <= version <= high:
             head = self.last_head(key, version, buf, pos, stop)

@@ -10,7 +10,6 @@ cdef enum:
     KEYS = 128
     # The versions a walk program may be kept for (Kafka's highest today is under 20).
     WALK_VERSIONS = 64
-    SASL_HANDSHAKE = 17
     # Latency buckets as gateway.protocol._stats.LATENCY_BUCKETS (the tests compare).
     BUCKETS = 14
 

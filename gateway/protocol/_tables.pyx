@@ -13,6 +13,8 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 cimport cython
 
+from ._hot import scanner_takes_key
+
 LATENCY_BUCKETS = tuple(LATENCY_BOUNDS[i] for i in range(BUCKETS))
 
 
@@ -94,16 +96,16 @@ cdef class PlainTable:
             self.walk_low[key], self.walk_high[key] = 1, 0
             self.head_low[key], self.head_high[key] = 1, 0
         for key, (low, high) in headed.items():
-            if 0 <= key < KEYS and key != SASL_HANDSHAKE:
+            if 0 <= key < KEYS and scanner_takes_key(key):
                 self.head_low[key], self.head_high[key] = low, high
         self.heads = heads
         self.book = book
         for key, (low, high) in passthrough.items():
-            if 0 <= key < KEYS and key != SASL_HANDSHAKE:
+            if 0 <= key < KEYS and scanner_takes_key(key):
                 self.low[key] = low
                 self.high[key] = min(high, first_rewritten.get(key, 1 << 15) - 1)
         for (key, version), program in sorted(walks.items()):
-            if not (0 <= key < KEYS and key != SASL_HANDSHAKE and 0 <= version < WALK_VERSIONS):
+            if not (0 <= key < KEYS and scanner_takes_key(key) and 0 <= version < WALK_VERSIONS):
                 continue
             if self.walk_low[key] > self.walk_high[key]:
                 self.walk_low[key] = version

@@ -1,0 +1,53 @@
+# cython: language_level=3
+# The C types of _hotpath.py, which Cython compiles as it stands: the compiled scanner
+# (_scan.pyx, _tables.pyx) cimports these; the Python side runs the same file as plain
+# Python (_hot.py). The rules themselves are in _hotpath.py, and only there.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+
+cimport cython
+
+from ._tables cimport InFlightRequest
+
+cdef Py_ssize_t NOT_HERE, IMPOSSIBLE
+cdef int _W_SKIP, _W_BLOB, _W_STRUCT, _W_ARRAY_OF_ENTITIES, _W_ARRAY_OF_FIXED
+
+cdef Py_ssize_t request_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
+cdef Py_ssize_t response_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
+
+@cython.locals(value=int64_t)
+cdef int32_t read_int32(const uint8_t* buf, Py_ssize_t pos) noexcept nogil
+@cython.locals(value=int64_t)
+cdef int32_t read_int16(const uint8_t* buf, Py_ssize_t pos) noexcept nogil
+
+@cython.locals(result=int64_t, shift=int, byte=uint8_t)
+cdef (int64_t, Py_ssize_t) _uvarint(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil
+@cython.locals(value=int64_t)
+cdef (int64_t, Py_ssize_t) _length(
+    const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible, int width
+) noexcept nogil
+@cython.locals(length=int64_t)
+cdef Py_ssize_t _skip_blob(
+    const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible, int width
+) noexcept nogil
+@cython.locals(count=int64_t, size=int64_t, _tag=int64_t, _i=int64_t)
+cdef Py_ssize_t skip_tags(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil
+
+cdef Py_ssize_t produce_acks_at(
+    const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, int version
+) noexcept nogil
+
+cdef bint answers(InFlightRequest entry, int correlation_id) noexcept
+@cython.locals(count=Py_ssize_t, entry=InFlightRequest)
+cdef bint releases_local(list entries, Py_ssize_t after) except -1
+
+@cython.locals(
+    flags=int32_t, flexible=bint, step=Py_ssize_t, stop=Py_ssize_t, element=Py_ssize_t,
+    kind=int32_t, arg=int32_t, count=int64_t, _i=int64_t,
+)
+cdef Py_ssize_t walk(
+    const int32_t* program, Py_ssize_t at, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+) noexcept nogil
+cdef bint tail_empty(
+    const int32_t* program, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+) noexcept nogil
