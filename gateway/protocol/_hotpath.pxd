@@ -40,6 +40,10 @@ cdef Py_ssize_t produce_acks_at(
 cdef bint answers(InFlightRequest entry, int correlation_id) noexcept
 @cython.locals(count=Py_ssize_t, entry=InFlightRequest)
 cdef bint releases_local(list entries, Py_ssize_t after) except -1
+@cython.locals(entry=InFlightRequest)
+cdef bint takes_answer(
+    list entries, Py_ssize_t index, Py_ssize_t count, int correlation_id
+) except -1
 
 @cython.locals(
     flags=int32_t, flexible=bint, step=Py_ssize_t, stop=Py_ssize_t, element=Py_ssize_t,

@@ -205,6 +205,20 @@ def releases_local(entries: list[Any], after: int) -> bool:
     return False
 
 
+def takes_answer(entries: list[Any], index: int, count: int, correlation_id: int) -> bool:
+    """Whether the loops take a response with ``correlation_id`` as the answer to
+    ``entries[index]``, the oldest entry not answered yet (``count``: the entries): it
+    answers it (``answers``), no handler of the gateway's own waits for it (``context``:
+    the readers hand it over) and answering it lets no local answer behind it go out
+    (``releases_local``)."""
+    entry = entries[index]
+    return (
+        entry.context is None
+        and answers(entry, correlation_id)
+        and not (index + 1 < count and releases_local(entries, index + 1))
+    )
+
+
 # -- the walk to a response's top-level tagged section ------------------------------------
 
 

@@ -5,7 +5,7 @@ Two loops, one per direction, apply them to the frames of a read:
 awaits an answer (a Produce's acks, ``produce_acks``), gives it an in-flight entry and
 counts it; ``take_responses`` reads each response's head and checks its size, matches
 it to the oldest entry (``answers``) and counts it (``count_response``). The rules
-themselves (frame bounds, acks, ``answers``, ``releases_local``) are ``_hotpath``'s, the
+themselves (frame bounds, acks, ``takes_answer``) are ``_hotpath``'s, the
 one source the compiled scanner runs too. The scanner's
 twin (``_scan_py``) is these loops under its ``PlainTable``; the readers
 (``RequestReader``, ``ResponseReader``) run them on what the scanner left, under their
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ._apis import PRODUCE, SASL_HANDSHAKE
-from ._hot import answers, produce_acks, releases_local, request_end, response_end
+from ._hot import produce_acks, request_end, response_end, takes_answer
 from ._wire import INT32, Incomplete, Malformed
 
 # The first bytes of a frame: a request's size, api key, api version and correlation id;
@@ -204,13 +204,9 @@ def take_responses(
                 return pos, PARTIAL
             if answered == count:
                 return pos, LEFT
-            entry = entries[answered]
-            if (
-                entry.context is not None
-                or not answers(entry, correlation_id)
-                or (answered + 1 < count and releases_local(entries, answered + 1))
-            ):
+            if not takes_answer(entries, answered, count, correlation_id):
                 return pos, LEFT
+            entry = entries[answered]
             if forwarded is not None:
                 low, high = forwarded(entry.api_key, _NONE)
                 if not low <= entry.api_version <= high:

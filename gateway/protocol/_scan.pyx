@@ -38,12 +38,11 @@ from libc.string cimport memcpy
 
 from ._cwire cimport read_int16, read_int32
 from ._hotpath cimport (
-    answers,
     produce_acks_at,
-    releases_local,
     request_end,
     response_end,
     tail_empty,
+    takes_answer,
     walk,
 )
 from ._tables cimport (
@@ -154,13 +153,9 @@ cpdef Py_ssize_t match_responses(
         first = entries[answered]
         if type(first) is not InFlightRequest:
             break
-        entry = <InFlightRequest>first
-        if (
-            entry.context is not None
-            or not answers(entry, read_int32(p + pos + 4))
-            or (answered + 1 < count and releases_local(entries, answered + 1))
-        ):
+        if not takes_answer(entries, answered, count, read_int32(p + pos + 4)):
             break
+        entry = <InFlightRequest>first
         key, version = entry.api_key, entry.api_version
         if not table._forwarded(key, version):
             program = table._walk_of(key, version)
