@@ -17,6 +17,7 @@ setup(
         [
             Extension(name, [path], optional=True)
             for name, path in (
+                ("gateway.protocol._inflight_entry", "gateway/protocol/_inflight_entry.py"),
                 ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
                 ("gateway.protocol._hotpath", "gateway/protocol/_hotpath.py"),
                 ("gateway.protocol._scan", "gateway/protocol/_scan.pyx"),

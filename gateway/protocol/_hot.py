@@ -16,12 +16,14 @@ from pathlib import Path
 from types import ModuleType
 
 
-def _plain() -> ModuleType:
-    name = f"{__package__}._hotpath_plain"
+def plain(module: str) -> ModuleType:
+    """``gateway/protocol/<module>.py`` as plain Python, whether or not a compiled build
+    of it sits beside it (loaded once, as ``<module>_plain``)."""
+    name = f"{__package__}.{module}_plain"
     loaded = sys.modules.get(name)
     if loaded is not None:
         return loaded
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_hotpath.py"))
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{module}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -29,7 +31,7 @@ def _plain() -> ModuleType:
     return module
 
 
-hotpath = _plain()
+hotpath = plain("_hotpath")
 IMPOSSIBLE: int = hotpath.IMPOSSIBLE
 NOT_HERE: int = hotpath.NOT_HERE
 answers = hotpath.answers

@@ -7,7 +7,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 cimport cython
 
-from ._tables cimport InFlightRequest
+from ._inflight_entry cimport InFlightRequest
 
 cdef Py_ssize_t NOT_HERE, IMPOSSIBLE
 cdef int _W_SKIP, _W_BLOB, _W_STRUCT, _W_ARRAY_OF_ENTITIES, _W_ARRAY_OF_FIXED

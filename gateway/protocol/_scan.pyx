@@ -45,9 +45,9 @@ from ._hotpath cimport (
     takes_answer,
     walk,
 )
+from ._inflight_entry cimport InFlightRequest
 from ._tables cimport (
     Counts,
-    InFlightRequest,
     PlainTable,
     count_request,
     count_response,

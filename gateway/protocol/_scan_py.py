@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from ._hot import scanner_takes_key, tail_empty, walk
+from ._hot import plain, scanner_takes_key, tail_empty, walk
 from ._rules import FrameError, take_requests, take_responses
 from ._stats import LATENCY_BUCKETS, ApiStats
 
@@ -32,53 +32,13 @@ __all__ = [
     "tail_offset",
 ]
 
+# The in-flight entry, ``_inflight_entry.py`` as plain Python (the compiled scanner's is
+# the same file compiled).
+InFlightRequest = plain("_inflight_entry").InFlightRequest
 # The keys a PlainTable covers (as the compiled one's).
 _KEYS = 128
 _WALK_VERSIONS = 64
 _NONE = (1, 0)  # the versions of a key the table has none of
-
-
-class InFlightRequest:
-    """A request whose response is awaited (or, when ``local`` is set, already made).
-
-    ``request_bytes``/``response_bytes``: frame sizes, length prefix included (the
-    request log). ``local``: a response the gateway made, released once every earlier
-    upstream response went out. ``context``: an interceptor's note until the response.
-    ``to_upstream`` False: answered here, never matched to an upstream response;
-    ``expects_response`` False: an acks=0 produce, kept to recognise a broker that
-    answers it (see ``InFlight``)."""
-
-    __slots__ = (
-        "api_key",
-        "api_version",
-        "context",
-        "correlation_id",
-        "expects_response",
-        "local",
-        "request_bytes",
-        "response_bytes",
-        "started",
-        "to_upstream",
-    )
-
-    def __init__(
-        self,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-        to_upstream: bool = True,
-        expects_response: bool = True,
-    ) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.started = perf_counter()
-        self.request_bytes = 0
-        self.response_bytes = 0
-        self.local: bytes | None = None
-        self.context: object = None
-        self.to_upstream = to_upstream
-        self.expects_response = expects_response
 
 
 def tail_offset(key: int, version: int, program: tuple[int, ...], body: bytes) -> int:

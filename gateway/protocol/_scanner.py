@@ -11,24 +11,29 @@ from types import ModuleType
 from ..environment import pure_python
 
 
-def _chosen() -> tuple[ModuleType, ModuleType]:
-    """(the scanner's functions, its tables): both compiled, or both the twin's."""
+def _chosen() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """(the scanner's functions, its tables, its in-flight entry): all compiled, or the
+    twin's and ``_inflight_entry.py`` as plain Python."""
     if not pure_python():
         try:
             # By name: the compiled modules have no source an import graph could read
             # (they import nothing of the package).
             tables = importlib.import_module("gateway.protocol._tables")
-            return importlib.import_module("gateway.protocol._scan"), tables
+            entry = importlib.import_module("gateway.protocol._inflight_entry")
+            if getattr(entry, "__file__", "").endswith(".py"):
+                raise ImportError("_inflight_entry.py was not compiled")
+            return importlib.import_module("gateway.protocol._scan"), tables, entry
         except ImportError:  # built without a C compiler
             pass
     from . import _scan_py
+    from ._hot import plain
 
-    return _scan_py, _scan_py
+    return _scan_py, _scan_py, plain("_inflight_entry")
 
 
-scan, tables = _chosen()
+scan, tables, entry = _chosen()
 COMPILED: bool = scan.COMPILED
-InFlightRequest = tables.InFlightRequest
+InFlightRequest = entry.InFlightRequest
 PlainTable = tables.PlainTable
 Counts = tables.Counts
 LATENCY_BUCKETS: tuple[float, ...] = tables.LATENCY_BUCKETS

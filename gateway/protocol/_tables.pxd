@@ -28,14 +28,6 @@ cdef double now() noexcept nogil
 cdef const int32_t* keep_walk(int key, int version, program) except? NULL
 
 
-cdef class InFlightRequest:
-    cdef public int api_key, api_version, correlation_id
-    cdef public double started
-    cdef public Py_ssize_t request_bytes, response_bytes
-    cdef public object local, context
-    cdef public bint to_upstream, expects_response
-
-
 cdef class PlainTable:
     cdef int16_t low[KEYS]
     cdef int16_t high[KEYS]

@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled scanner's tables (see gateway/protocol/_scan.pyx): the in-flight entry
-both languages' readers and the scanner make, the table of what the scanner takes
-(``PlainTable``) with the walk programs it keeps, and the scanner's counts. Their Python
-twins are in gateway/protocol/_scan_py.py.
+"""The compiled scanner's tables (see gateway/protocol/_scan.pyx): the table of what the
+scanner takes (``PlainTable``) with the walk programs it keeps, and the scanner's
+counts. Their Python twins are in gateway/protocol/_scan_py.py. The in-flight entry
+both make is one source for both builds: gateway/protocol/_inflight_entry.py.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -23,34 +23,6 @@ cdef double now() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-@cython.freelist(64)
-cdef class InFlightRequest:
-    """A request whose response is awaited (or, when ``local`` is set, already made).
-
-    ``request_bytes``/``response_bytes``: frame sizes, length prefix included (the
-    request log). ``local``: a response the gateway made, released once every earlier
-    upstream response went out. ``context``: an interceptor's note until the response.
-    ``to_upstream`` False: answered here, never matched to an upstream response;
-    ``expects_response`` False: an acks=0 produce, kept to recognise a broker that
-    answers it (see ``InFlight``)."""
-
-
-    def __init__(
-        self,
-        int api_key,
-        int api_version,
-        int correlation_id,
-        bint to_upstream=True,
-        bint expects_response=True,
-    ):
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.started = now()
-        self.to_upstream = to_upstream
-        self.expects_response = expects_response
 
 
 # Per api key, per version, the walk program of its responses. Programs follow from

@@ -1,6 +1,9 @@
 """The compiled scanner (gateway/protocol/_scan.pyx) and its Python twin
 (gateway/protocol/_scan_py.py) are the same functions: fed the same bytes and tables,
 they take the same bytes, make the same entries, count the same and leave the same.
+Their rules (gateway/protocol/_hotpath.py) and their entry (_inflight_entry.py) are one
+source each, compiled for the one and run as plain Python by the other: here both
+builds of each run on the same inputs.
 
 test_lane.py (beside this file) holds whichever scanner runs to the readers alone, over whole
 connections; this holds the two scanners to each other, function by function.
@@ -24,9 +27,10 @@ from tests.unit._connection import RecordingTransport, connected
 from tests.unit._kafka import produce
 from tests.unit.gateway.protocol.test_lane import KINDS, _answer
 
-# The compiled scanner: its functions and its tables, as one namespace like the twin's.
+# The compiled scanner: its functions, its tables and its entry, as one namespace like
+# the twin's.
 compiled = (
-    SimpleNamespace(**{**vars(_scanner.tables), **vars(_scanner.scan)})
+    SimpleNamespace(**{**vars(_scanner.entry), **vars(_scanner.tables), **vars(_scanner.scan)})
     if _scanner.COMPILED
     else None
 )
@@ -124,7 +128,9 @@ def test_the_compiled_scanner_and_its_twin_take_the_same(seed: int) -> None:
 
 @pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
 def test_the_twin_makes_the_same_kind_of_entry() -> None:
-    """Both entry types carry the same attributes with the same defaults."""
+    """Both builds of the entry (``_inflight_entry.py`` compiled, and as plain Python)
+    carry the same attributes with the same defaults."""
+    assert compiled.InFlightRequest is not _scan_py.InFlightRequest  # type: ignore[union-attr]
     made = [module.InFlightRequest(3, 12, 7) for module in (compiled, _scan_py)]  # type: ignore[union-attr]
     for name in _scan_py.InFlightRequest.__slots__:
         if name != "started":
@@ -150,7 +156,7 @@ def test_acks_of_produce_v0_to_2_are_read_alike(version: int) -> None:
 @pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
 @pytest.mark.parametrize("version", [3, 9, 11])
 def test_acks_past_a_long_transactional_id_are_read_alike(version: int) -> None:
-    """The twin copies a Produce's first bytes to read acks, and reads in place past them."""
+    """Both read acks in place, however far past the request's first bytes it lies."""
     stream = b"".join(
         produce(version, i, acks=i % 2, transactional_id="t" * 600).frame for i in (1, 3, 4)
     )
