@@ -2,10 +2,6 @@
 # The C fields of _inflight_entry.py's InFlightRequest, which Cython compiles as it
 # stands: the compiled scanner (_scan.pyx) makes and reads these without a Python call.
 
-cimport cython
-
-
-@cython.freelist(64)
 cdef class InFlightRequest:
     cdef public int api_key, api_version, correlation_id
     cdef public double started

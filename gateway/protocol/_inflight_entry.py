@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from time import perf_counter
 
+try:
+    import cython
+except ModuleNotFoundError:  # uncompiled, without Cython installed
+    from . import _nocython as cython  # type: ignore[no-redef]
 
+
+# Entries come and go with every request: 64 kept for reuse spare the allocator (compiled).
+@cython.freelist(64)
+@cython.cclass
 class InFlightRequest:
     """A request whose response is awaited (or, when ``local`` is set, already made).
 
