@@ -19,8 +19,8 @@ setup(
             for name, path in (
                 ("gateway.protocol._inflight_entry", "gateway/protocol/_inflight_entry.py"),
                 ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
-                ("gateway.protocol._hotpath", "gateway/protocol/_hotpath.py"),
-                ("gateway.protocol._scan", "gateway/protocol/_scan.pyx"),
+                ("gateway.protocol._hotwire", "gateway/protocol/_hotwire.py"),
+                ("gateway.protocol._scan", "gateway/protocol/_scan.py"),
                 ("gateway.server._lane", "gateway/server/_lane.pyx"),
             )
         ],

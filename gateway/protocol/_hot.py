@@ -1,11 +1,12 @@
-"""``_hotpath.py`` as plain Python, in both builds: what the Python side runs.
+"""The one-source files of the hot path as plain Python, in both builds: what the Python
+side runs.
 
-The compiled scanner (``_scan.pyx``) cimports the compiled build of ``_hotpath.py``;
-its functions are C functions there, which Python cannot call. Everything else (the
-readers' loops, ``_rules``; the in-flight table, ``_inflight``; the scanner's twin,
-``_scan_py``) runs the same file as plain Python, loaded here from its source whether
-or not a compiled build sits beside it: one source, and in a compiled process both of
-its builds run, the tests holding them to each other (test_scan.py).
+Cython compiles ``_hotwire.py``, ``_scan.py`` and ``_inflight_entry.py`` as they stand
+for the compiled scanner, whose functions are C functions there, which Python cannot
+call. The readers' loops (``_rules``), the in-flight table (``_inflight``) and the
+tables' twins (``_tables_py``) run the same files as plain Python, loaded here from
+their source whether or not a compiled build sits beside them: in a compiled process
+both builds of each run, the tests holding them to each other (test_scan.py).
 """
 
 from __future__ import annotations
@@ -25,20 +26,19 @@ def plain(module: str) -> ModuleType:
         return loaded
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{module}.py"))
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[name] = loaded
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
-hotpath = plain("_hotpath")
-IMPOSSIBLE: int = hotpath.IMPOSSIBLE
-NOT_HERE: int = hotpath.NOT_HERE
-answers = hotpath.answers
-produce_acks = hotpath.produce_acks
-request_end = hotpath.request_end
-response_end = hotpath.response_end
-scanner_takes_key = hotpath.scanner_takes_key
-tail_empty = hotpath.tail_empty
-takes_answer = hotpath.takes_answer
-walk = hotpath.walk
+_wire = plain("_hotwire")
+IMPOSSIBLE: int = _wire.IMPOSSIBLE
+NOT_HERE: int = _wire.NOT_HERE
+produce_acks = _wire.produce_acks
+scanner_takes_key = _wire.scanner_takes_key
+_scan = plain("_scan")
+answers = _scan.answers
+request_end = _scan.request_end
+response_end = _scan.response_end
+takes_answer = _scan.takes_answer

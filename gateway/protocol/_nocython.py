@@ -1,6 +1,7 @@
-"""The two decorators of Cython's pure Python mode that ``_inflight_entry.py`` uses, for
-plain Python where Cython (a build requirement only) is not installed: there they do
-nothing, as Cython's own ``cython`` module does when the file runs uncompiled."""
+"""What the one-source files (``_scan.py``, ``_inflight_entry.py``) use of Cython's pure
+Python mode, for plain Python where Cython (a build requirement only) is not installed:
+``compiled`` is False and the decorators do nothing, as with Cython's own ``cython``
+module when a file runs uncompiled."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 _T = TypeVar("_T")
+
+compiled = False
 
 
 def cclass(cls: _T) -> _T:

@@ -125,8 +125,8 @@ class RequestReader(FrameReader):
                 pos += scan_requests(data, pos, n, table, entries, counts, max_size)
             try:
                 pos, why = take_requests(
-                    data, pos, n, None, intercept, InFlightRequest, entries, counts, max_size,
-                    most, False, add_acks0,
+                    data, pos, n, intercept, InFlightRequest, entries, counts, max_size, most,
+                    False, add_acks0,
                 )  # fmt: skip
             except FrameError as exc:
                 if span < exc.at:  # the whole frames before the bad one still go out
@@ -165,8 +165,7 @@ class RequestReader(FrameReader):
                     self._fail(out, "malformed_frame", f"SaslHandshake request: {exc}")
                     return n
                 take_requests(
-                    data, pos, n, None, None, InFlightRequest, entries, counts, max_size, 1,
-                    True,
+                    data, pos, n, None, InFlightRequest, entries, counts, max_size, 1, True,
                 )  # fmt: skip
                 if version != 0:  # v1: its tokens come in SaslAuthenticate requests
                     inflight.sasl.begin_login(mechanism)

@@ -41,9 +41,6 @@ from ._rules import (
 from ._scanner import PlainTable, match_responses
 from ._wire import INT16, Malformed
 
-# What ``take_responses`` puts its pieces in: never, without a table (heads replaced).
-_NO_PIECES: list[Item] = []
-
 
 def _with_handshake(
     handshake: InFlightRequest, intercept: Callable[[InFlightRequest], bool] | None
@@ -194,8 +191,7 @@ class ResponseReader(FrameReader):
             done: list[InFlightRequest] | None = None if observer is None else []
             try:
                 pos, why = take_responses(
-                    data, pos, n, None, None, intercept, now, entries, counts, max_size,
-                    _NO_PIECES, done, most,
+                    data, pos, n, intercept, now, entries, counts, max_size, done, most,
                 )  # fmt: skip
             except FrameError as exc:
                 if done:

@@ -1,20 +1,17 @@
-"""The rules each frame is held to, written once in Python.
+"""The readers' loops: the rules each frame is held to, applied on the Python path.
 
 Two loops, one per direction, apply them to the frames of a read:
 ``take_requests`` reads each request's head and checks its size, tells whether it
 awaits an answer (a Produce's acks, ``produce_acks``), gives it an in-flight entry and
 counts it; ``take_responses`` reads each response's head and checks its size, matches
-it to the oldest entry (``answers``) and counts it (``count_response``). The rules
-themselves (frame bounds, acks, ``takes_answer``) are ``_hotpath``'s, the
-one source the compiled scanner runs too. The scanner's
-twin (``_scan_py``) is these loops under its ``PlainTable``; the readers
-(``RequestReader``, ``ResponseReader``) run them on what the scanner left, under their
-interceptors' policy, and handle only the frame where a loop stops: an intercepted
-one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer the
-table's order does not settle (``InFlight.match_upstream``, ``finish``), or the error
-that closes the connection. ``_scan.pyx`` is the same loops in C, over the compiled
-build of the same rules, held to these by tests/unit/gateway/protocol/test_scan.py and
-test_lane.py. Why each rule holds: docs/protocol.md#wire-rules.
+it to the oldest entry (``takes_answer``) and counts it (``count_response``). The rules
+themselves are the scanner's (``_scan.py``, ``_hotwire.py``: one source, which the
+compiled scanner runs compiled), run here as plain Python (``_hot``). The readers
+(``RequestReader``, ``ResponseReader``) run these loops on what the scanner left, under
+their interceptors' policy, and handle only the frame where a loop stops: an
+intercepted one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer
+the table's order does not settle (``InFlight.match_upstream``, ``finish``), or the
+error that closes the connection. Why each rule holds: docs/protocol.md#wire-rules.
 
 They run for every frame on the Python path, so they are loops, not a call a frame:
 what a frame costs here is what a hand-written loop would. Where a loop stops it says
@@ -40,11 +37,10 @@ RESPONSE_HEAD_BYTES = RESPONSE_HEAD.size
 # The least a raw SASL token's size may say: it may be empty. (A request's and a
 # response's: ``_hotpath.request_end``, ``response_end``.)
 TOKEN_MIN_SIZE = 0
-_NONE = (1, 0)  # no versions
 
 # Why a loop stopped at a frame (its size is within bounds):
 PARTIAL = 0  # not all here (a reader takes a request if its acks are here, see below)
-LEFT = 1  # not the twin's to take (its table), or an answer the reader's to judge
+LEFT = 1  # an answer the reader's to judge
 INTERCEPTED = 2  # a request a reader's policy asks for (counted; gathered by the reader)
 # A SaslHandshake: its mechanism is read (a login starts); after v0, raw SASL tokens
 # may follow, and what comes next waits.
@@ -88,7 +84,6 @@ def take_requests(
     buf: Any,
     start: int,
     end: int,
-    plain: Callable[[int, Any], Any] | None,
     intercept: Callable[[int, int], bool] | None,
     make: Callable[[int, int, int], Any],
     entries: list[Any],
@@ -104,28 +99,19 @@ def take_requests(
     and why (``PARTIAL`` … ``DONE``); raises FrameError at a frame whose size rules it
     out (``at``: where; those before it are taken).
 
-    ``plain`` (the twin's ``PlainTable._plain.get``: per key, the runs of versions it
-    takes) given: only whole frames of those. Else a frame may be the last, not all
-    here (its end, returned, is then past ``end``), and ``intercept`` (a reader's
-    ``RequestPolicy``) leaves the frames it asks for, counted (their entries come once
-    they are gathered). A SaslHandshake (any version) is left unless ``tokens`` (the
-    reader read its mechanism); an acks=0 produce too, unless ``unanswered`` (a reader's
-    ``InFlight.add_acks0``, which counts it and may keep it) takes it."""
+    A frame may be the last, not all here (its end, returned, is then past ``end``);
+    ``intercept`` (a reader's ``RequestPolicy``) leaves the frames it asks for, counted
+    (their entries come once they are gathered). A SaslHandshake (any version) is left
+    unless ``tokens`` (the reader read its mechanism); an acks=0 produce too, unless
+    ``unanswered`` (a reader's ``InFlight.add_acks0``, which counts it and may keep it)
+    takes it."""
     pos = start
     while end - pos >= REQUEST_HEAD_BYTES:
         size, key, version, correlation_id = REQUEST_HEAD.unpack_from(buf, pos)
         stop = request_end(size, pos, max_frame_bytes)
         if stop < 0:
             _refuse(size, max_frame_bytes, pos)
-        if plain is not None:
-            if stop > end:
-                return pos, PARTIAL
-            for low, high in plain(key, ()):
-                if low <= version <= high:
-                    break
-            else:
-                return pos, LEFT
-        elif intercept is not None and intercept(key, version):
+        if intercept is not None and intercept(key, version):
             counts.request(key, version)
             return pos, INTERCEPTED
         awaited = True
@@ -167,14 +153,11 @@ def take_responses(
     buf: Any,
     start: int,
     end: int,
-    forwarded: Callable[[int, tuple[int, int]], tuple[int, int]] | None,
-    plain: Callable[[Any, Any, int, int, int, list[Any]], int] | None,
     intercept: Callable[[Any], bool] | None,
     now: float,
     entries: list[Any],
     counts: Any,
     max_frame_bytes: int,
-    pieces: list[Any],
     done: list[Any] | None,
     most: int = -1,
 ) -> tuple[int, int]:
@@ -185,14 +168,9 @@ def take_responses(
     why (``PARTIAL``, ``LEFT`` or ``DONE``); raises FrameError at a frame whose size
     rules it out (``at``: where; those before it are taken).
 
-    ``forwarded`` (the twin's ``PlainTable._forwarded.get``: per key, the versions
-    whose answers go out as they came) takes those; for the others, ``plain`` (the
-    twin's ``PlainTable.take``) says whether it takes the answer to an entry: -1 for
-    no, else up to where ``buf`` is in ``pieces``, where it may put a new start for the
-    answer (a head replaced); the rest of what was taken then follows there too. Else
     ``intercept`` (a reader's) leaves the answers it asks for; and an entry with a
-    handler (``context``: the gateway's own request) is always left."""
-    pos = written = start
+    handler (``context``: the gateway's own request) is always left (``takes_answer``)."""
+    pos = start
     answered, count = 0, len(entries)
     try:
         while end - pos >= RESPONSE_HEAD_BYTES:
@@ -207,14 +185,7 @@ def take_responses(
             if not takes_answer(entries, answered, count, correlation_id):
                 return pos, LEFT
             entry = entries[answered]
-            if forwarded is not None:
-                low, high = forwarded(entry.api_key, _NONE)
-                if not low <= entry.api_version <= high:
-                    took = plain(entry, buf, pos, stop, written, pieces)  # type: ignore[misc]
-                    if took < 0:
-                        return pos, LEFT
-                    written = took
-            elif intercept is not None and intercept(entry):
+            if intercept is not None and intercept(entry):
                 return pos, LEFT
             entry.response_bytes = stop - pos
             count_response(counts, entry, now)
@@ -228,5 +199,3 @@ def take_responses(
     finally:  # what was answered leaves the table, however the loop ended
         if answered:
             del entries[:answered]
-        if written > start and pos > written:
-            pieces.append(buf[written:pos])

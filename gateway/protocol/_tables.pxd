@@ -28,6 +28,8 @@ cdef double now() noexcept nogil
 cdef const int32_t* keep_walk(int key, int version, program) except? NULL
 
 
+# Final: the scanner calls its methods directly, none through a table of methods.
+@cython.final
 cdef class PlainTable:
     cdef int16_t low[KEYS]
     cdef int16_t high[KEYS]
@@ -42,10 +44,13 @@ cdef class PlainTable:
     # The (key, version) last looked up in ``heads``, kept: no tuple made per answer.
     cdef tuple _head_key
 
+    cdef bint _takes(self, int key, int version) noexcept
     cdef bint _forwarded(self, int key, int version) noexcept
     cdef bint _headed(self, int key, int version) noexcept
     cdef const int32_t* _walk_of(self, int key, int version) noexcept
-    cdef object _last_head(self, int key, int version, const uint8_t* frame, Py_ssize_t size)
+    cdef object _last_head(
+        self, int key, int version, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+    )
 
 
 cdef struct Count:

@@ -49,6 +49,7 @@ cdef const int32_t* keep_walk(int key, int version, program) except? NULL:
     return _walks[key][version]
 
 
+@cython.final
 cdef class PlainTable:
     """Per API key, the versions the scanner takes (see the module docstring): requests
     forwarded untouched whose responses are either not rewritten, walked or headed.
@@ -88,13 +89,20 @@ cdef class PlainTable:
 
     def plain(self, int key, int version):
         """Whether the scanner takes requests of this key and version."""
-        return self._forwarded(key, version) or self._walk_of(key, version) != NULL or self._headed(key, version)
+        return self._takes(key, version)
 
     def walked(self, int key, int version):
         return self._walk_of(key, version) != NULL
 
     def headed(self, int key, int version):
         return self._headed(key, version)
+
+    cdef bint _takes(self, int key, int version) noexcept:
+        return (
+            self._forwarded(key, version)
+            or self._walk_of(key, version) != NULL
+            or self._headed(key, version)
+        )
 
     cdef bint _forwarded(self, int key, int version) noexcept:
         return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
@@ -107,10 +115,12 @@ cdef class PlainTable:
             return _walks[key][version]
         return NULL
 
-    cdef object _last_head(self, int key, int version, const uint8_t* frame, Py_ssize_t size):
-        """The head last rewritten for (key, version) if ``frame`` (``size`` bytes)
-        starts with it after its correlation id and it holds for the book now; else
-        None."""
+    cdef object _last_head(
+        self, int key, int version, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+    ):
+        """The head last rewritten for (key, version) if the frame at ``buf[pos]``
+        (to ``end``) starts with it after its correlation id and it holds for the book
+        now; else None."""
         cdef tuple pair = self._head_key
         if pair is None or pair[0] != key or pair[1] != version:
             pair = self._head_key = (key, version)
@@ -123,7 +133,7 @@ cdef class PlainTable:
             return None
         original = <bytes>fields[0]
         cdef Py_ssize_t length = PyBytes_GET_SIZE(original)
-        if size - 8 < length or memcmp(frame + 8, PyBytes_AS_STRING(original), length):
+        if end - pos - 8 < length or memcmp(buf + pos + 8, PyBytes_AS_STRING(original), length):
             return None
         return head
 

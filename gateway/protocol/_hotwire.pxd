@@ -1,19 +1,15 @@
 # cython: language_level=3
-# The C types of _hotpath.py, which Cython compiles as it stands: the compiled scanner
-# (_scan.pyx, _tables.pyx) cimports these; the Python side runs the same file as plain
-# Python (_hot.py). The rules themselves are in _hotpath.py, and only there.
+# The C types of _hotwire.py, which Cython compiles as it stands: the compiled scanner
+# (_scan.py, compiled) cimports these; the Python side runs the same file as plain
+# Python (_hot.py). The rules themselves are in _hotwire.py, and only there.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 cimport cython
 
-from ._inflight_entry cimport InFlightRequest
 
 cdef Py_ssize_t NOT_HERE, IMPOSSIBLE
 cdef int _W_SKIP, _W_BLOB, _W_STRUCT, _W_ARRAY_OF_ENTITIES, _W_ARRAY_OF_FIXED
-
-cdef Py_ssize_t request_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
-cdef Py_ssize_t response_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
 
 @cython.locals(value=int64_t)
 cdef int32_t read_int32(const uint8_t* buf, Py_ssize_t pos) noexcept nogil
@@ -36,14 +32,6 @@ cdef Py_ssize_t skip_tags(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) no
 cdef Py_ssize_t produce_acks_at(
     const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, int version
 ) noexcept nogil
-
-cdef bint answers(InFlightRequest entry, int correlation_id) noexcept
-@cython.locals(count=Py_ssize_t, entry=InFlightRequest)
-cdef bint releases_local(list entries, Py_ssize_t after) except -1
-@cython.locals(entry=InFlightRequest)
-cdef bint takes_answer(
-    list entries, Py_ssize_t index, Py_ssize_t count, int correlation_id
-) except -1
 
 @cython.locals(
     flags=int32_t, flexible=bint, step=Py_ssize_t, stop=Py_ssize_t, element=Py_ssize_t,

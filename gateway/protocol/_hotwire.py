@@ -1,14 +1,15 @@
 # cython: language_level=3, annotation_typing=False, cdivision=True
 # cython: boundscheck=False, wraparound=False
-"""The rules every frame on the hot path is held to, in one source for both builds.
+"""Reading the wire on the hot path, in one source for both builds: a Produce's acks,
+the walk to a response's top-level tagged section, which requests a PlainTable may take
+(not a SaslHandshake), and the lengths and tagged sections they read.
 
-Cython compiles this file as it stands (``_hotpath.pxd`` beside it gives the C types):
-the compiled scanner (``_scan.pyx``) calls these functions without a Python call, and
-without a C compiler the file imports as plain Python, which the scanner's twin
-(``_scan_py``) and the readers' loops (``_rules``) call (``_hot`` says which build
-runs). A fix made here holds in both builds; tests/unit/gateway/protocol/test_scan.py
-runs both builds of this file on the same bytes, and test_one_source.py fails if one
-of these rules is written a second time.
+Cython compiles this file as it stands (``_hotwire.pxd`` beside it gives the C types)
+for the compiled scanner (``_scan.py``, compiled too), which calls these functions
+without a Python call; the Python side runs the same file as plain Python (``_hot``):
+the readers' loops (``_rules``), the scanner's plain build, and a build without a C
+compiler. tests/unit/gateway/protocol/test_scan.py runs both builds on the same bytes,
+and test_one_source.py fails if one of these rules is written a second time.
 
 Only what reads the same in Python and in Cython is written here: indexing a ``bytes``
 gives an int in both, a program's integers are a tuple here and a C array there. So
@@ -38,23 +39,7 @@ _W_ARRAY_OF_ENTITIES = 4
 _W_ARRAY_OF_FIXED = 5
 
 
-# -- frame bounds -------------------------------------------------------------------------
-
-
-def request_end(size: int, pos: int, max_frame_bytes: int) -> int:
-    """Where the request whose length prefix at ``pos`` says ``size`` ends, or -1 when
-    that size rules it out: under 8 (its api key, version and correlation id) or over
-    ``max_frame_bytes`` (the connection then closes, as on a broker)."""
-    if size < 8 or size > max_frame_bytes:
-        return -1
-    return pos + 4 + size
-
-
-def response_end(size: int, pos: int, max_frame_bytes: int) -> int:
-    """As ``request_end``, for a response: at least its correlation id (4)."""
-    if size < 4 or size > max_frame_bytes:
-        return -1
-    return pos + 4 + size
+# -- the wire's integers and lengths, within buf[:end] ---------------------------------
 
 
 def read_int32(buf: bytes, pos: int) -> int:
@@ -65,19 +50,6 @@ def read_int32(buf: bytes, pos: int) -> int:
 def read_int16(buf: bytes, pos: int) -> int:
     value = buf[pos] << 8 | buf[pos + 1]
     return value - ((value >> 15) << 16)  # signed
-
-
-# -- which requests a PlainTable may take ------------------------------------------------
-
-
-def scanner_takes_key(key: int) -> bool:
-    """Whether the scanner may take requests of api key ``key`` (a PlainTable leaves the
-    others to the readers): any but a SaslHandshake, whose mechanism is read (a login
-    starts) and after which, from v0, raw SASL tokens may follow (``_rules.TOKENS``)."""
-    return key != SASL_HANDSHAKE
-
-
-# -- the wire's lengths, within buf[:end] -------------------------------------------------
 
 
 def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -173,50 +145,14 @@ def produce_acks(buf: bytes, pos: int, end: int, version: int) -> int:
     return read_int16(buf, at)
 
 
-# -- answers the oldest request -----------------------------------------------------------
+# -- which requests a PlainTable may take ------------------------------------------------
 
 
-def answers(entry: Any, correlation_id: int) -> bool:
-    """Whether a response with ``correlation_id`` answers ``entry`` when ``entry`` is
-    the oldest request sent upstream that is not answered yet (a broker answers in
-    order; ``InFlight``): the ids match, and the request went upstream and awaits an
-    answer. (An acks=0 produce awaits none; ``InFlight.match_upstream`` says when a
-    response is its answer all the same.)"""
-    return (
-        entry.correlation_id == correlation_id
-        and entry.expects_response
-        and entry.to_upstream
-        and entry.local is None
-    )
-
-
-def releases_local(entries: list[Any], after: int) -> bool:
-    """Whether answering the entry before ``after`` lets a local answer behind it go
-    out (only acks=0 produces between them, which get no answer): ``InFlight.finish``
-    does that, so the loops leave such an answer to it."""
-    count = len(entries)
-    while after < count:  # no copy of the rest of the table, no iterator: a frame's cost
-        entry = entries[after]
-        if entry.local is not None:
-            return True
-        if entry.expects_response:
-            return False
-        after += 1
-    return False
-
-
-def takes_answer(entries: list[Any], index: int, count: int, correlation_id: int) -> bool:
-    """Whether the loops take a response with ``correlation_id`` as the answer to
-    ``entries[index]``, the oldest entry not answered yet (``count``: the entries): it
-    answers it (``answers``), no handler of the gateway's own waits for it (``context``:
-    the readers hand it over) and answering it lets no local answer behind it go out
-    (``releases_local``)."""
-    entry = entries[index]
-    return (
-        entry.context is None
-        and answers(entry, correlation_id)
-        and not (index + 1 < count and releases_local(entries, index + 1))
-    )
+def scanner_takes_key(key: int) -> bool:
+    """Whether the scanner may take requests of api key ``key`` (a PlainTable leaves the
+    others to the readers): any but a SaslHandshake, whose mechanism is read (a login
+    starts) and after which, from v0, raw SASL tokens may follow (``_rules.TOKENS``)."""
+    return key != SASL_HANDSHAKE
 
 
 # -- the walk to a response's top-level tagged section ------------------------------------
