@@ -30,6 +30,26 @@ cdef extern from *:
     """
     int drop_first "gateway_drop_first"(list entries, Py_ssize_t n) except -1
 
+cdef extern from *:
+    # A replaced head's new start: the length prefix for the new size, the correlation id
+    # at ``buf[pos + 4]`` and the rewritten head, in one allocation (``replace_head``).
+    """
+    static PyObject* gateway_head_start(
+        int64_t size, PyObject* buf, Py_ssize_t pos, PyObject* rewritten
+    ) {
+        Py_ssize_t n = PyBytes_GET_SIZE(rewritten);
+        PyObject* start = PyBytes_FromStringAndSize(NULL, 8 + n);
+        if (start == NULL) return NULL;
+        unsigned char* out = (unsigned char*) PyBytes_AS_STRING(start);
+        uint32_t s = (uint32_t) size;
+        out[0] = s >> 24; out[1] = (s >> 16) & 0xFF; out[2] = (s >> 8) & 0xFF; out[3] = s & 0xFF;
+        memcpy(out + 4, PyBytes_AS_STRING(buf) + pos + 4, 4);
+        memcpy(out + 8, PyBytes_AS_STRING(rewritten), n);
+        return start;
+    }
+    """
+    bytes head_start "gateway_head_start"(int64_t size, bytes buf, Py_ssize_t pos, bytes rewritten)
+
 cdef int _PRODUCE
 
 cdef Py_ssize_t request_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
@@ -43,7 +63,7 @@ cdef bint takes_answer(
     list entries, Py_ssize_t index, Py_ssize_t count, int correlation_id
 ) except -1
 
-@cython.locals(old=Py_ssize_t, size=int64_t, original=bytes, rewritten=bytes)
+@cython.locals(old=Py_ssize_t, size=int64_t, original=bytes, rewritten=bytes, p=bytes_at)
 cdef Py_ssize_t replace_head(
     head, bytes buf, Py_ssize_t pos, Py_ssize_t written, list pieces
 ) except -1

@@ -77,10 +77,14 @@ if not cython.compiled:  # the compiled build cimports these (_scan.pxd)
     def drop_first(entries: list[Any], count: int) -> None:
         del entries[:count]
 
+    _INT32 = struct.Struct(">i")
+
+    def head_start(size: int, buf: bytes, pos: int, rewritten: bytes) -> bytes:
+        return _INT32.pack(size) + buf[pos + 4 : pos + 8] + rewritten
+
 
 COMPILED = cython.compiled
 _PRODUCE = 0
-_INT32 = struct.Struct(">i")
 
 
 # -- frame bounds -------------------------------------------------------------------------
@@ -161,10 +165,11 @@ def replace_head(head: Any, buf: bytes, pos: int, written: int, pieces: list[byt
     if rewritten is original:
         return written  # nothing to change: the response goes out as it came
     old = len(original)
-    size = read_int32(buf, pos) + len(rewritten) - old  # at least 4: it held ``original``
+    p = buf  # compiled: the bytes' own memory
+    size = read_int32(p, pos) + len(rewritten) - old  # at least 4: it held ``original``
     if pos > written:
-        pieces.append(buf[written:pos])
-    pieces.append(_INT32.pack(size) + buf[pos + 4 : pos + 8] + rewritten)
+        pieces.append(p[written:pos])
+    pieces.append(head_start(size, buf, pos, rewritten))
     return pos + 8 + old
 
 
@@ -273,5 +278,5 @@ def match_responses(
     if answered:
         drop_first(entries, answered)  # one move of the rest, however many were answered
     if written > start and pos > written:
-        pieces.append(buf[written:pos])
+        pieces.append(p[written:pos])  # compiled: a copy of the bytes, no slice object
     return pos - start
