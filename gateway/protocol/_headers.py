@@ -6,7 +6,7 @@ import struct
 from dataclasses import dataclass
 
 from ._apis import CONTROLLED_SHUTDOWN, api_spec
-from ._hot import produce_acks as _produce_acks
+from ._hot import IMPOSSIBLE, NOT_HERE, produce_acks_at, read_int16
 from ._walk import skip_tagged_fields
 from ._wire import (
     INT32,
@@ -59,15 +59,22 @@ def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHead
     return RequestHeader(key, version, correlation_id, client_id, pos)
 
 
-def produce_acks(payload: bytes | bytearray | memoryview, version: int, start: int = 0) -> int:
-    """The ``acks`` of a Produce request payload (from ``start`` to the end of
-    ``payload``), reading only as far as that field (``_hotpath.produce_acks``, the
-    rule the scanner runs too).
+def produce_acks(
+    payload: bytes | bytearray | memoryview, version: int, start: int = 0, end: int = -1
+) -> int:
+    """The ``acks`` of the Produce request whose api key is at ``payload[start]``, read
+    within ``payload[:end]`` (-1: all of it) and only as far as that field, in place
+    (``_hotwire.produce_acks_at``, the rule the scanner runs too).
 
-    Raises Incomplete when ``payload`` is a prefix that ends before acks, Malformed when
-    a length before it cannot be.
+    Raises Incomplete when the bytes end before acks, Malformed when a length before it
+    cannot be (below -1, or a varint longer than 5 bytes).
     """
-    return _produce_acks(payload, start, len(payload), version)
+    at = produce_acks_at(payload, start, len(payload) if end < 0 else end, version)
+    if at == NOT_HERE:
+        raise Incomplete
+    if at == IMPOSSIBLE:
+        raise Malformed("a length before acks cannot be")
+    return read_int16(payload, at)
 
 
 def response_header(correlation_id: int, header_version: int) -> bytes:

@@ -35,7 +35,8 @@ def plain(module: str) -> ModuleType:
 _wire = plain("_hotwire")
 IMPOSSIBLE: int = _wire.IMPOSSIBLE
 NOT_HERE: int = _wire.NOT_HERE
-produce_acks = _wire.produce_acks
+produce_acks_at = _wire.produce_acks_at
+read_int16 = _wire.read_int16
 scanner_takes_key = _wire.scanner_takes_key
 _scan = plain("_scan")
 answers = _scan.answers

@@ -37,7 +37,7 @@ cdef Py_ssize_t produce_acks_at(
     flags=int32_t, flexible=bint, step=Py_ssize_t, stop=Py_ssize_t, element=Py_ssize_t,
     kind=int32_t, arg=int32_t, count=int64_t, _i=int64_t,
 )
-cdef Py_ssize_t walk(
+cdef Py_ssize_t walk_tail(
     const int32_t* program, Py_ssize_t at, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
 ) noexcept nogil
 cdef bint tail_empty(

@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 from ._apis import SASL_HANDSHAKE
-from ._wire import Incomplete, Malformed
 
 # Where a read or skip ends when the bytes end first (-1), or when what they say cannot
 # be (-2: a length below -1, a count that cannot fit in the bytes left).
@@ -133,18 +132,6 @@ def produce_acks_at(buf: bytes, pos: int, end: int, version: int) -> int:
     return pos
 
 
-def produce_acks(buf: bytes, pos: int, end: int, version: int) -> int:
-    """The acks of the Produce request whose api key is at ``buf[pos]``, read within
-    ``buf[:end]`` and only as far as that field (``produce_acks_at``). Raises
-    Incomplete when the bytes end first, Malformed when a length before it cannot be."""
-    at = produce_acks_at(buf, pos, end, version)
-    if at == NOT_HERE:
-        raise Incomplete
-    if at < 0:
-        raise Malformed("negative length before acks")
-    return read_int16(buf, at)
-
-
 # -- which requests a PlainTable may take ------------------------------------------------
 
 
@@ -158,7 +145,7 @@ def scanner_takes_key(key: int) -> bool:
 # -- the walk to a response's top-level tagged section ------------------------------------
 
 
-def walk(program: Any, at: int, buf: bytes, pos: int, end: int) -> int:
+def walk_tail(program: Any, at: int, buf: bytes, pos: int, end: int) -> int:
     """Where the program at ``program[at]`` (``_walk.tail_program``'s flat integers)
     ends over ``buf`` from ``pos``; -1 when the bytes do not walk within ``buf[:end]``.
     A count that cannot fit in what is left (each item takes a byte at least) is
@@ -190,7 +177,7 @@ def walk(program: Any, at: int, buf: bytes, pos: int, end: int) -> int:
                 pos += 1
                 if buf[pos - 1] == 0xFF:
                     continue
-            pos = walk(program, element, buf, pos, end)
+            pos = walk_tail(program, element, buf, pos, end)
             if pos < 0:
                 return -1
             continue
@@ -203,7 +190,7 @@ def walk(program: Any, at: int, buf: bytes, pos: int, end: int) -> int:
             continue
         for _i in range(count):
             if kind == _W_ARRAY_OF_ENTITIES:
-                pos = walk(program, element, buf, pos, end)
+                pos = walk_tail(program, element, buf, pos, end)
             else:  # an array of strings or bytes
                 pos = _skip_blob(buf, pos, end, flexible, arg)
             if pos < 0:
@@ -224,5 +211,5 @@ def tail_empty(program: Any, buf: bytes, pos: int, end: int) -> bool:
     pos = skip_tags(buf, pos, end)
     if pos < 0:
         return False
-    pos = walk(program, 0, buf, pos, end)
+    pos = walk_tail(program, 0, buf, pos, end)
     return pos == end - 1 and buf[pos] == 0

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ._apis import PRODUCE, SASL_HANDSHAKE
-from ._hot import produce_acks, request_end, response_end, takes_answer
+from ._headers import produce_acks
+from ._hot import request_end, response_end, takes_answer
 from ._wire import INT32, Incomplete, Malformed
 
 # The first bytes of a frame: a request's size, api key, api version and correlation id;
@@ -118,7 +119,7 @@ def take_requests(
         if key == PRODUCE:  # the one request Kafka may leave unanswered: acks=0
             here = stop if stop < end else end  # no min(): a call a frame
             try:  # read in place, however long the produce is
-                awaited = produce_acks(buf, pos + 4, here, version) != 0
+                awaited = produce_acks(buf, version, pos + 4, here) != 0
             except Incomplete:
                 return pos, PARTIAL if stop > end else UNREADABLE
             except Malformed:

@@ -11,7 +11,7 @@ ctypedef const uint8_t* bytes_at
 ctypedef const int32_t* program_at
 
 from ._cwire cimport read_int16, read_int32
-from ._hotwire cimport produce_acks_at, tail_empty, walk
+from ._hotwire cimport produce_acks_at, tail_empty, walk_tail
 from ._inflight_entry cimport InFlightRequest
 from ._tables cimport (
     Counts,

@@ -61,7 +61,7 @@ if not cython.compiled:  # the compiled build cimports these (_scan.pxd)
     read_int16 = _wire.read_int16
     read_int32 = _wire.read_int32
     tail_empty = _wire.tail_empty
-    walk = _wire.walk
+    walk_tail = _wire.walk_tail
     InFlightRequest = plain("_inflight_entry").InFlightRequest
     clock = perf_counter
 
@@ -180,7 +180,7 @@ def tail_offset(key: int, version: int, program: tuple[int, ...], body: bytes) -
     """Where the walk of ``body``, a response body of ``key``/``version`` whose walk is
     ``program`` (``tail_program``), ends, or -1 (the tests hold it to ``tags_offset``)."""
     kept = keep_walk(key, version, program)
-    return walk(kept, 0, body, 0, len(body))
+    return walk_tail(kept, 0, body, 0, len(body))
 
 
 def scan_requests(
