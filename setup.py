@@ -1,11 +1,11 @@
-"""The compiled scanner (gateway/protocol/_scan.pyx, _tables.pyx), the rules it runs
-(gateway/protocol/_hotpath.py, compiled as it stands, with _hotpath.pxd) and the
-connection reads that call it (gateway/server/_lane.pyx); everything else is in
+"""The compiled scanner and the connection reads that call it; everything else is in
 pyproject.toml.
 
-Cython (a build requirement) compiles the four. ``optional``: without a C compiler the
-install still succeeds, and the gateway runs the scanner's Python twin
-(gateway/protocol/_scan_py.py) and _hotpath.py as plain Python;
+Cython (a build requirement) compiles gateway/protocol/_scan.py, _hotwire.py and
+_inflight_entry.py as they stand (each .pxd beside them gives the C types: Cython's
+pure Python mode), the C tables (_tables.pyx) and the reads (gateway/server/_lane.pyx).
+``optional``: without a C compiler the install still succeeds, and the gateway runs the
+same .py files as plain Python over the tables' Python twins (_tables_py.py);
 tests/unit/gateway/protocol/test_lane.py fails in CI if that happened.
 """
 

@@ -1,6 +1,6 @@
 # cython: language_level=3
 # The C fields of _inflight_entry.py's InFlightRequest, which Cython compiles as it
-# stands: the compiled scanner (_scan.pyx) makes and reads these without a Python call.
+# stands: the compiled scanner (_scan.py) makes and reads these without a Python call.
 
 cdef class InFlightRequest:
     cdef public int api_key, api_version, correlation_id

@@ -105,7 +105,7 @@ class RequestReader(FrameReader):
         """Kafka requests from ``pos``; return where a SASL exchange takes over, else n.
 
         The scanner takes the plain frames (``table``); the rules' loop
-        (``_rules.take_requests``, the twin's own) the others nobody intercepts, acks=0
+        (``_rules.take_requests``, over the scanner's rules) the others nobody intercepts, acks=0
         produces included (``InFlight.add_acks0``); here is only the frame where it
         stops, and why: intercepted, a SaslHandshake v0, acks not here yet, or an error
         that closes the connection."""

@@ -157,7 +157,7 @@ class ResponseReader(FrameReader):
         """Kafka responses from ``pos``; return where raw SASL tokens start, else n.
 
         The scanner takes the plain answers (``table``); the rules' loop
-        (``_rules.take_responses``, the twin's own) the others nobody intercepts that
+        (``_rules.take_responses``, over the scanner's rules) the others nobody intercepts that
         answer the oldest entries in order; here is only the frame where it stops (the
         in-flight table's ``match_upstream`` and ``finish`` apply the same rules):
         answers to acks=0 produces and to nothing, intercepted and streamed answers,

@@ -36,7 +36,7 @@ RESPONSE_HEAD = struct.Struct(">ii")
 REQUEST_HEAD_BYTES = REQUEST_HEAD.size
 RESPONSE_HEAD_BYTES = RESPONSE_HEAD.size
 # The least a raw SASL token's size may say: it may be empty. (A request's and a
-# response's: ``_hotpath.request_end``, ``response_end``.)
+# response's: ``_scan.request_end``, ``response_end``.)
 TOKEN_MIN_SIZE = 0
 
 # Why a loop stopped at a frame (its size is within bounds):
@@ -46,7 +46,7 @@ INTERCEPTED = 2  # a request a reader's policy asks for (counted; gathered by th
 # A SaslHandshake: its mechanism is read (a login starts); after v0, raw SASL tokens
 # may follow, and what comes next waits.
 TOKENS = 3
-UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (the twin leaves it)
+UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (left without ``unanswered``)
 UNREADABLE = 5  # a Produce whose acks cannot be read (``produce_acks`` says why)
 DONE = 6  # no frame to stop at: fewer bytes than a head left, or ``most`` taken
 

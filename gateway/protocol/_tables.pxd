@@ -1,5 +1,5 @@
 # cython: language_level=3
-# The compiled scanner's tables (_tables.pyx), for the scanner (_scan.pyx). See there.
+# The compiled scanner's tables (_tables.pyx), for the scanner (_scan.py, compiled).
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
 

@@ -1,8 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled scanner's tables (see gateway/protocol/_scan.pyx): the table of what the
+"""The compiled scanner's tables (see gateway/protocol/_scan.py): the table of what the
 scanner takes (``PlainTable``) with the walk programs it keeps, and the scanner's
-counts. Their Python twins are in gateway/protocol/_scan_py.py. The in-flight entry
-both make is one source for both builds: gateway/protocol/_inflight_entry.py.
+counts. Their Python twins are in gateway/protocol/_tables_py.py (C arrays and C counts
+are no source plain Python can run); the rule they apply, which requests the scanner
+may take, is one (``_hotwire.scanner_takes_key``), and so is the in-flight entry both
+builds make (gateway/protocol/_inflight_entry.py).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
