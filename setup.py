@@ -12,18 +12,21 @@ tests/unit/gateway/protocol/test_lane.py fails in CI if that happened.
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-setup(
-    ext_modules=cythonize(
-        [
-            Extension(name, [path], optional=True)
-            for name, path in (
-                ("gateway.protocol._inflight_entry", "gateway/protocol/_inflight_entry.py"),
-                ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
-                ("gateway.protocol._hotwire", "gateway/protocol/_hotwire.py"),
-                ("gateway.protocol._scan", "gateway/protocol/_scan.py"),
-                ("gateway.server._lane", "gateway/server/_lane.pyx"),
-            )
-        ],
-        language_level=3,
-    )
+# ``cythonize`` makes Extensions of its own from these, without their ``optional``.
+EXTENSIONS = cythonize(
+    [
+        Extension(name, [path])
+        for name, path in (
+            ("gateway.protocol._inflight_entry", "gateway/protocol/_inflight_entry.py"),
+            ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
+            ("gateway.protocol._hotwire", "gateway/protocol/_hotwire.py"),
+            ("gateway.protocol._scan", "gateway/protocol/_scan.py"),
+            ("gateway.server._lane", "gateway/server/_lane.pyx"),
+        )
+    ],
+    language_level=3,
 )
+for extension in EXTENSIONS:
+    extension.optional = True
+
+setup(ext_modules=EXTENSIONS)
