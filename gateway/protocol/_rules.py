@@ -183,9 +183,9 @@ def take_responses(
                 return pos, PARTIAL
             if answered == count:
                 return pos, LEFT
-            if not takes_answer(entries, answered, count, correlation_id):
-                return pos, LEFT
             entry = entries[answered]
+            if not takes_answer(entry, correlation_id, entries, answered, count):
+                return pos, LEFT
             if intercept is not None and intercept(entry):
                 return pos, LEFT
             entry.response_bytes = stop - pos

@@ -58,9 +58,8 @@ cdef Py_ssize_t response_end(int64_t size, Py_ssize_t pos, int64_t max_frame_byt
 cdef bint answers(InFlightRequest entry, int correlation_id) noexcept
 @cython.locals(count=Py_ssize_t, entry=InFlightRequest)
 cdef bint releases_local(list entries, Py_ssize_t after) except -1
-@cython.locals(entry=InFlightRequest)
 cdef bint takes_answer(
-    list entries, Py_ssize_t index, Py_ssize_t count, int correlation_id
+    InFlightRequest entry, int correlation_id, list entries, Py_ssize_t index, Py_ssize_t count
 ) except -1
 
 @cython.locals(old=Py_ssize_t, size=int64_t, original=bytes, rewritten=bytes, p=bytes_at)

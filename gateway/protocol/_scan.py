@@ -138,13 +138,14 @@ def releases_local(entries: list[Any], after: int) -> bool:
     return False
 
 
-def takes_answer(entries: list[Any], index: int, count: int, correlation_id: int) -> bool:
+def takes_answer(
+    entry: Any, correlation_id: int, entries: list[Any], index: int, count: int
+) -> bool:
     """Whether the loops take a response with ``correlation_id`` as the answer to
-    ``entries[index]``, the oldest entry not answered yet (``count``: the entries): it
-    answers it (``answers``), no handler of the gateway's own waits for it (``context``:
-    the readers hand it over) and answering it lets no local answer behind it go out
-    (``releases_local``)."""
-    entry = entries[index]
+    ``entry``, ``entries[index]``, the oldest entry not answered yet (``count``: the
+    entries): it answers it (``answers``), no handler of the gateway's own waits for it
+    (``context``: the readers hand it over) and answering it lets no local answer behind
+    it go out (``releases_local``)."""
     return (
         entry.context is None
         and answers(entry, correlation_id)
@@ -252,9 +253,9 @@ def match_responses(
         stop = response_end(read_int32(p, pos), pos, max_frame_bytes)
         if stop < 0 or stop > end:
             break
-        if not takes_answer(entries, answered, count, read_int32(p, pos + 4)):
-            break
         entry = entries[answered]
+        if not takes_answer(entry, read_int32(p, pos + 4), entries, answered, count):
+            break
         key = entry.api_key
         version = entry.api_version
         if not table._forwarded(key, version):
