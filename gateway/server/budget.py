@@ -14,7 +14,7 @@ from .reads import lane
 
 
 class Buffering(Protocol):
-    """What the budget reads of its connection (``proxy.ClientConnection``)."""
+    """What the budget reads of its connection (``pair.Pair``)."""
 
     peer_ip: str
     # Client bytes held until the upstream's versions are known.

@@ -48,7 +48,7 @@ _internal_ids = itertools.count(-(2**31))
 
 
 class Exchanging(Protocol):
-    """What the exchange reads and does of its connection (``proxy.ClientConnection``)."""
+    """What the exchange reads and does of its connection (``pair.Pair``)."""
 
     gateway: GatewayServices
     listener: str

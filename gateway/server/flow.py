@@ -26,7 +26,7 @@ THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 
 
 class Flowing(Protocol):
-    """What the flow reads of its connection (``proxy.ClientConnection``)."""
+    """What the flow reads of its connection (``pair.Pair``)."""
 
     client: asyncio.Transport | None
     upstream: asyncio.Transport | None

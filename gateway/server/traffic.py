@@ -13,7 +13,7 @@ from .services import GatewayServices
 
 
 class Counted(Protocol):
-    """What the traffic reads of its connection (``proxy.ClientConnection``)."""
+    """What the traffic reads of its connection (``pair.Pair``)."""
 
     gateway: GatewayServices
     listener: str
