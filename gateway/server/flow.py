@@ -38,7 +38,7 @@ class Flowing(Protocol):
 class Flow:
     """Why each side of one connection is paused (the bits above): a side reads again
     once no reason is left, so lifting one pause never lifts another. One per
-    connection, made and held by ``ClientConnection``."""
+    connection, made and held by its ``pair.Pair``."""
 
     __slots__ = ("_client", "_conn", "_upstream")
 

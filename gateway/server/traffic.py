@@ -1,6 +1,6 @@
 """A connection's traffic as the metrics, the connection registry (/connections) and the
 request log see it. One ``Traffic`` per connection, made and held by
-``ClientConnection``."""
+its ``pair.Pair``."""
 
 from __future__ import annotations
 
