@@ -1,23 +1,20 @@
 """One proxied connection, client and upstream, without the event loop (in the manner
 of h11's ``Connection``): what each read the compiled lane leaves to Python becomes.
 
-A ``Pair`` owns the readers (``requests``, ``responses``), the in-flight table they
-share, the client bytes held until negotiation, the negotiated ranges and what the lane
-may take next (``scan_state``). It takes bytes (``data_received`` from the client,
-``upstream_data`` from the upstream) and sends what comes of them to ``client`` and
-``upstream``: anything with ``write``, ``writelines`` and ``close`` (asyncio's
-transports; ``proxy.ClientConnection``, the adapter from asyncio's callbacks, sets
-them). A reader's events become what one table per direction says, not a switch.
-Its parts name a ``Protocol`` each for what they need of it: ``reads`` (compiled: both
-sockets' reads, forwarding what the scanner takes), ``exchange`` (what interceptors
-see; it, with ``gateway.interceptors.dispatch``, knows the APIs by name, the pair none),
-``flow`` (pauses), ``budget`` (the limits' view), ``traffic`` (counts).
+A ``Pair`` owns the readers, the in-flight table, the client bytes held until
+negotiation and what the lane may take next (``scan_state``). It takes bytes
+(``data_received``, ``upstream_data``) and writes what comes of them to its sockets,
+which its asyncio adapter (``proxy.ClientConnection``) sets. A reader's events become
+what one table per direction says, not a switch. Its parts name a ``Protocol`` each for
+what they need of it: ``reads`` (compiled: both sockets' reads, forwarding what the
+scanner takes), ``exchange`` (what interceptors see; it and ``interceptors.dispatch``
+know the APIs by name, the pair none), ``flow``, ``budget`` (the limits'), ``traffic``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..client_info import ClientInfo
 from ..config import HostPort
@@ -44,6 +41,9 @@ from .flow import DRAINING, HELD, PENDING_HIGH, Flow, linger_close, write_all
 from .reads import lane
 from .services import GatewayServices
 from .traffic import Traffic
+
+if TYPE_CHECKING:  # for the sockets' type only: the pair never runs asyncio
+    import asyncio
 
 # Per upstream address, whether it answers acks=0 produces (Tansu does, Kafka not), as
 # the last connection to it found: a new one starts from that, not a guess (InFlight).
@@ -109,8 +109,8 @@ class Pair:
         if gateway.request_log is not None:
             inflight.observer = self.reads.observer = self.traffic.log_request
         # The two sockets, also held by ``reads``: the adapter's, once made.
-        self.client: Any = None
-        self.upstream: Any = None
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
         self.info: ClientInfo | None = None
         self.peer = self.peer_ip = "?"
         self.tls_subject: str | None = None
@@ -122,8 +122,7 @@ class Pair:
         # The features the upstream reported, and what clients are told (both merged).
         self.upstream_features = NO_FEATURES
         self.feature_report = NO_FEATURES
-        # Client bytes that arrived before negotiation finished.
-        self._held: list[bytes] = []
+        self._held: list[bytes] = []  # client bytes that came before negotiation ended
         self.held_size = 0
         self._closed = False
 
@@ -144,7 +143,7 @@ class Pair:
             reads.bytes_in += len(data)
             items = self.requests.feed(data)
             if len(items) == 1 and items[0] is data:  # forwarded whole, the commonest
-                self.upstream.write(data)
+                self.upstream.write(data)  # type: ignore[union-attr]
             else:
                 self._to_upstream(items)
             self.scan_state()
@@ -153,6 +152,7 @@ class Pair:
 
     def _to_upstream(self, items: list[Item]) -> None:
         upstream = self.upstream
+        assert upstream is not None  # ranges are only known once upstream is connected
         for item in items:
             if isinstance(item, _BUFFERS):
                 upstream.write(item)
