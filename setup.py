@@ -1,18 +1,32 @@
-"""The compiled scanner (gateway/protocol/_scan.pyx, _tables.pyx) and the connection reads
-that call it (gateway/server/_lane.pyx); everything else is in pyproject.toml.
+"""The compiled scanner and the connection reads that call it; everything else is in
+pyproject.toml.
 
-setuptools compiles the .pyx with Cython (a build requirement). ``optional``: without a
-C compiler the install still succeeds, and the gateway runs the scanner's Python twin
-(gateway/protocol/_scan_py.py); tests/unit/gateway/protocol/test_lane.py fails in CI if
-that happened.
+Cython (a build requirement) compiles gateway/protocol/_scan.py, _hotwire.py and
+_inflight_entry.py as they stand (each .pxd beside them gives the C types: Cython's
+pure Python mode), the C tables (_tables.pyx) and the reads (gateway/server/_lane.pyx).
+``optional``: without a C compiler the install still succeeds, and the gateway runs the
+same .py files as plain Python over the tables' Python twins (_tables_py.py);
+tests/unit/gateway/protocol/test_lane.py fails in CI if that happened.
 """
 
+from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-setup(
-    ext_modules=[
-        Extension("gateway.protocol._tables", ["gateway/protocol/_tables.pyx"], optional=True),
-        Extension("gateway.protocol._scan", ["gateway/protocol/_scan.pyx"], optional=True),
-        Extension("gateway.server._lane", ["gateway/server/_lane.pyx"], optional=True),
-    ]
+# ``cythonize`` makes Extensions of its own from these, without their ``optional``.
+EXTENSIONS = cythonize(
+    [
+        Extension(name, [path])
+        for name, path in (
+            ("gateway.protocol._inflight_entry", "gateway/protocol/_inflight_entry.py"),
+            ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
+            ("gateway.protocol._hotwire", "gateway/protocol/_hotwire.py"),
+            ("gateway.protocol._scan", "gateway/protocol/_scan.py"),
+            ("gateway.server._lane", "gateway/server/_lane.pyx"),
+        )
+    ],
+    language_level=3,
 )
+for extension in EXTENSIONS:
+    extension.optional = True
+
+setup(ext_modules=EXTENSIONS)

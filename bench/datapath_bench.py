@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _main(args: argparse.Namespace) -> int:
     conn = connection()
-    print("scanner:", "compiled" if SCANNER_COMPILED else "the Python twin")
+    print("scanner:", "compiled" if SCANNER_COMPILED else "plain Python")
     for name, (request, response, per) in cases(args.partitions).items():
         n = max(args.requests // per, 1)
         measure(conn, request, response, per, min(n, 2000))  # warm up

@@ -779,7 +779,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def gateway_reads() -> str:
     """Whether the gateways started here (this tree, this environment) scan with the
-    compiled scanner (setup.py) or its Python twin (not built, or
+    compiled scanner (setup.py) or the same source as plain Python (not built, or
     KAFKA_GATEWAY_PURE_PYTHON)."""
     from gateway.protocol import SCANNER_COMPILED
 

@@ -6,15 +6,13 @@ import struct
 from dataclasses import dataclass
 
 from ._apis import CONTROLLED_SHUTDOWN, api_spec
+from ._hot import IMPOSSIBLE, NOT_HERE, produce_acks_at, read_int16
 from ._walk import skip_tagged_fields
 from ._wire import (
-    INT16,
     INT32,
     Incomplete,
     Malformed,
     read_classic_string,
-    skip_classic_string,
-    skip_compact_string,
 )
 
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
@@ -61,25 +59,22 @@ def parse_request_header(payload: bytes | bytearray | memoryview) -> RequestHead
     return RequestHeader(key, version, correlation_id, client_id, pos)
 
 
-def produce_acks(payload: bytes | bytearray | memoryview, version: int, start: int = 0) -> int:
-    """The ``acks`` of a Produce request payload (from ``start`` to the end of
-    ``payload``), reading only as far as that field.
+def produce_acks(
+    payload: bytes | bytearray | memoryview, version: int, start: int = 0, end: int = -1
+) -> int:
+    """The ``acks`` of the Produce request whose api key is at ``payload[start]``, read
+    within ``payload[:end]`` (-1: all of it) and only as far as that field, in place
+    (``_hotwire.produce_acks_at``, the rule the scanner runs too).
 
-    Raises Incomplete when ``payload`` is a prefix that ends before acks.
-    A Produce request with acks=0 gets no response from Kafka, so the in-flight
-    table must not wait for one.
+    Raises Incomplete when the bytes end before acks, Malformed when a length before it
+    cannot be (below -1, or a varint longer than 5 bytes).
     """
-    # Produce v0-v8 use header v1, v9+ header v2 (flexible).
-    pos = start + 8
-    pos = skip_classic_string(payload, pos)  # client_id: skipped, not decoded
-    flexible = version >= 9
-    if flexible:
-        pos = skip_tagged_fields(payload, pos)
-    if version >= 3:  # transactional_id precedes acks
-        pos = skip_compact_string(payload, pos) if flexible else skip_classic_string(payload, pos)
-    if pos + 2 > len(payload):
+    at = produce_acks_at(payload, start, len(payload) if end < 0 else end, version)
+    if at == NOT_HERE:
         raise Incomplete
-    return INT16.unpack_from(payload, pos)[0]
+    if at == IMPOSSIBLE:
+        raise Malformed("a length before acks cannot be")
+    return read_int16(payload, at)
 
 
 def response_header(correlation_id: int, header_version: int) -> bytes:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from time import perf_counter
 
 from ._entry import InFlightRequest
-from ._rules import answers, count_response
+from ._hot import answers
+from ._rules import count_response
 from ._sasl import SaslExchange
 from ._scanner import Counts
 from ._stats import ApiStats

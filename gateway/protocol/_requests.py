@@ -105,7 +105,7 @@ class RequestReader(FrameReader):
         """Kafka requests from ``pos``; return where a SASL exchange takes over, else n.
 
         The scanner takes the plain frames (``table``); the rules' loop
-        (``_rules.take_requests``, the twin's own) the others nobody intercepts, acks=0
+        (``_rules.take_requests``, over the scanner's rules) the others nobody intercepts, acks=0
         produces included (``InFlight.add_acks0``); here is only the frame where it
         stops, and why: intercepted, a SaslHandshake v0, acks not here yet, or an error
         that closes the connection."""
@@ -125,8 +125,8 @@ class RequestReader(FrameReader):
                 pos += scan_requests(data, pos, n, table, entries, counts, max_size)
             try:
                 pos, why = take_requests(
-                    data, pos, n, None, intercept, InFlightRequest, entries, counts, max_size,
-                    most, False, add_acks0,
+                    data, pos, n, intercept, InFlightRequest, entries, counts, max_size, most,
+                    False, add_acks0,
                 )  # fmt: skip
             except FrameError as exc:
                 if span < exc.at:  # the whole frames before the bad one still go out
@@ -165,8 +165,7 @@ class RequestReader(FrameReader):
                     self._fail(out, "malformed_frame", f"SaslHandshake request: {exc}")
                     return n
                 take_requests(
-                    data, pos, n, None, None, InFlightRequest, entries, counts, max_size, 1,
-                    True,
+                    data, pos, n, None, InFlightRequest, entries, counts, max_size, 1, True,
                 )  # fmt: skip
                 if version != 0:  # v1: its tokens come in SaslAuthenticate requests
                     inflight.sasl.begin_login(mechanism)

@@ -41,9 +41,6 @@ from ._rules import (
 from ._scanner import PlainTable, match_responses
 from ._wire import INT16, Malformed
 
-# What ``take_responses`` puts its pieces in: never, without a table (heads replaced).
-_NO_PIECES: list[Item] = []
-
 
 def _with_handshake(
     handshake: InFlightRequest, intercept: Callable[[InFlightRequest], bool] | None
@@ -160,7 +157,7 @@ class ResponseReader(FrameReader):
         """Kafka responses from ``pos``; return where raw SASL tokens start, else n.
 
         The scanner takes the plain answers (``table``); the rules' loop
-        (``_rules.take_responses``, the twin's own) the others nobody intercepts that
+        (``_rules.take_responses``, over the scanner's rules) the others nobody intercepts that
         answer the oldest entries in order; here is only the frame where it stops (the
         in-flight table's ``match_upstream`` and ``finish`` apply the same rules):
         answers to acks=0 produces and to nothing, intercepted and streamed answers,
@@ -194,8 +191,7 @@ class ResponseReader(FrameReader):
             done: list[InFlightRequest] | None = None if observer is None else []
             try:
                 pos, why = take_responses(
-                    data, pos, n, None, None, intercept, now, entries, counts, max_size,
-                    _NO_PIECES, done, most,
+                    data, pos, n, intercept, now, entries, counts, max_size, done, most,
                 )  # fmt: skip
             except FrameError as exc:
                 if done:

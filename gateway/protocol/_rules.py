@@ -1,18 +1,17 @@
-"""The rules each frame is held to, written once in Python.
+"""The readers' loops: the rules each frame is held to, applied on the Python path.
 
 Two loops, one per direction, apply them to the frames of a read:
 ``take_requests`` reads each request's head and checks its size, tells whether it
 awaits an answer (a Produce's acks, ``produce_acks``), gives it an in-flight entry and
 counts it; ``take_responses`` reads each response's head and checks its size, matches
-it to the oldest entry (``answers``) and counts it (``count_response``). The scanner's
-twin (``_scan_py``) is these loops under its ``PlainTable``; the readers
-(``RequestReader``, ``ResponseReader``) run them on what the scanner left, under their
-interceptors' policy, and handle only the frame where a loop stops: an intercepted
-one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer the
-table's order does not settle (``InFlight.match_upstream``, ``finish``), or the error
-that closes the connection. ``_scan.pyx`` is the C copy of the same rules, held to this
-one by tests/unit/gateway/protocol/test_scan.py and test_lane.py. Why each rule holds:
-docs/protocol.md#wire-rules.
+it to the oldest entry (``takes_answer``) and counts it (``count_response``). The rules
+themselves are the scanner's (``_scan.py``, ``_hotwire.py``: one source, which the
+compiled scanner runs compiled), run here as plain Python (``_hot``). The readers
+(``RequestReader``, ``ResponseReader``) run these loops on what the scanner left, under
+their interceptors' policy, and handle only the frame where a loop stops: an
+intercepted one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer
+the table's order does not settle (``InFlight.match_upstream``, ``finish``), or the
+error that closes the connection. Why each rule holds: docs/protocol.md#wire-rules.
 
 They run for every frame on the Python path, so they are loops, not a call a frame:
 what a frame costs here is what a hand-written loop would. Where a loop stops it says
@@ -27,6 +26,7 @@ from typing import Any, NoReturn
 
 from ._apis import PRODUCE, SASL_HANDSHAKE
 from ._headers import produce_acks
+from ._hot import request_end, response_end, takes_answer
 from ._wire import INT32, Incomplete, Malformed
 
 # The first bytes of a frame: a request's size, api key, api version and correlation id;
@@ -35,23 +35,18 @@ REQUEST_HEAD = struct.Struct(">ihhi")
 RESPONSE_HEAD = struct.Struct(">ii")
 REQUEST_HEAD_BYTES = REQUEST_HEAD.size
 RESPONSE_HEAD_BYTES = RESPONSE_HEAD.size
-# The least a size may say: what the head holds after it (a raw SASL token may be empty).
-REQUEST_MIN_SIZE = 8
-RESPONSE_MIN_SIZE = 4
+# The least a raw SASL token's size may say: it may be empty. (A request's and a
+# response's: ``_scan.request_end``, ``response_end``.)
 TOKEN_MIN_SIZE = 0
-_NONE = (1, 0)  # no versions
-# A Produce's acks lies within its first bytes unless its client id or transactional id
-# is long: that many are copied to read it (a produce may be megabytes long).
-_ACKS_WITHIN = 256
 
 # Why a loop stopped at a frame (its size is within bounds):
 PARTIAL = 0  # not all here (a reader takes a request if its acks are here, see below)
-LEFT = 1  # not the twin's to take (its table), or an answer the reader's to judge
+LEFT = 1  # an answer the reader's to judge
 INTERCEPTED = 2  # a request a reader's policy asks for (counted; gathered by the reader)
 # A SaslHandshake: its mechanism is read (a login starts); after v0, raw SASL tokens
 # may follow, and what comes next waits.
 TOKENS = 3
-UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (the twin leaves it)
+UNANSWERED = 4  # a Produce with acks=0: Kafka sends no answer (left without ``unanswered``)
 UNREADABLE = 5  # a Produce whose acks cannot be read (``produce_acks`` says why)
 DONE = 6  # no frame to stop at: fewer bytes than a head left, or ``most`` taken
 
@@ -68,7 +63,7 @@ class FrameError(Exception):
         self.at = at
 
 
-def _refuse(size: int, minimum: int, max_frame_bytes: int, at: int) -> NoReturn:
+def _refuse(size: int, max_frame_bytes: int, at: int) -> NoReturn:
     if size > max_frame_bytes:
         raise FrameError(
             "oversize_frame", f"frame of {size} bytes exceeds max_frame_bytes={max_frame_bytes}", at
@@ -83,14 +78,13 @@ def token_end(buf: Any, pos: int, max_frame_bytes: int) -> int:
     (size,) = INT32.unpack_from(buf, pos)
     if TOKEN_MIN_SIZE <= size <= max_frame_bytes:
         return pos + 4 + size
-    _refuse(size, TOKEN_MIN_SIZE, max_frame_bytes, pos)
+    _refuse(size, max_frame_bytes, pos)
 
 
 def take_requests(
     buf: Any,
     start: int,
     end: int,
-    plain: Callable[[int, Any], Any] | None,
     intercept: Callable[[int, int], bool] | None,
     make: Callable[[int, int, int], Any],
     entries: list[Any],
@@ -106,46 +100,26 @@ def take_requests(
     and why (``PARTIAL`` … ``DONE``); raises FrameError at a frame whose size rules it
     out (``at``: where; those before it are taken).
 
-    ``plain`` (the twin's ``PlainTable._plain.get``: per key, the runs of versions it
-    takes) given: only whole frames of those. Else a frame may be the last, not all
-    here (its end, returned, is then past ``end``), and ``intercept`` (a reader's
-    ``RequestPolicy``) leaves the frames it asks for, counted (their entries come once
-    they are gathered). A SaslHandshake (any version) is left unless ``tokens`` (the
-    reader read its mechanism); an acks=0 produce too, unless ``unanswered`` (a reader's
-    ``InFlight.add_acks0``, which counts it and may keep it) takes it."""
+    A frame may be the last, not all here (its end, returned, is then past ``end``);
+    ``intercept`` (a reader's ``RequestPolicy``) leaves the frames it asks for, counted
+    (their entries come once they are gathered). A SaslHandshake (any version) is left
+    unless ``tokens`` (the reader read its mechanism); an acks=0 produce too, unless
+    ``unanswered`` (a reader's ``InFlight.add_acks0``, which counts it and may keep it)
+    takes it."""
     pos = start
-    view = None  # of buf, made for the first Produce
     while end - pos >= REQUEST_HEAD_BYTES:
         size, key, version, correlation_id = REQUEST_HEAD.unpack_from(buf, pos)
-        if not REQUEST_MIN_SIZE <= size <= max_frame_bytes:
-            _refuse(size, REQUEST_MIN_SIZE, max_frame_bytes, pos)
-        stop = pos + 4 + size
-        if plain is not None:
-            if stop > end:
-                return pos, PARTIAL
-            for low, high in plain(key, ()):
-                if low <= version <= high:
-                    break
-            else:
-                return pos, LEFT
-        elif intercept is not None and intercept(key, version):
+        stop = request_end(size, pos, max_frame_bytes)
+        if stop < 0:
+            _refuse(size, max_frame_bytes, pos)
+        if intercept is not None and intercept(key, version):
             counts.request(key, version)
             return pos, INTERCEPTED
         awaited = True
         if key == PRODUCE:  # the one request Kafka may leave unanswered: acks=0
             here = stop if stop < end else end  # no min(): a call a frame
-            try:
-                # A copy of the start, where acks nearly always is; else read in place.
-                if here - pos <= 4 + _ACKS_WITHIN:
-                    awaited = produce_acks(buf[pos + 4 : here], version) != 0
-                else:
-                    try:
-                        head = buf[pos + 4 : pos + 4 + _ACKS_WITHIN]
-                        awaited = produce_acks(head, version) != 0
-                    except Incomplete:
-                        if view is None:
-                            view = memoryview(buf)
-                        awaited = produce_acks(view[pos + 4 : here], version) != 0
+            try:  # read in place, however long the produce is
+                awaited = produce_acks(buf, version, pos + 4, here) != 0
             except Incomplete:
                 return pos, PARTIAL if stop > end else UNREADABLE
             except Malformed:
@@ -168,20 +142,6 @@ def take_requests(
     return pos, DONE
 
 
-def answers(entry: Any, correlation_id: int) -> bool:
-    """Whether a response with ``correlation_id`` answers ``entry`` when ``entry`` is
-    the oldest request sent upstream that is not answered yet (a broker answers in
-    order; ``InFlight``): the ids match, and the request went upstream and awaits an
-    answer. (An acks=0 produce awaits none; ``InFlight.match_upstream`` says when a
-    response is its answer all the same.)"""
-    return (
-        entry.correlation_id == correlation_id
-        and entry.expects_response
-        and entry.to_upstream
-        and entry.local is None
-    )
-
-
 def count_response(counts: Any, entry: Any, now: float) -> None:
     """Count the answer to ``entry`` and its latency, from the request's read to ``now``
     (the gateway's own requests, which carry a handler in ``context``, are not client
@@ -190,33 +150,15 @@ def count_response(counts: Any, entry: Any, now: float) -> None:
         counts.response(entry.api_key, entry.api_version, now - entry.started)
 
 
-def releases_local(entries: list[Any], after: int) -> bool:
-    """Whether answering the entry before ``after`` lets a local answer behind it go
-    out (only acks=0 produces between them, which get no answer): ``InFlight.finish``
-    does that, so the loop leaves such an answer to it."""
-    count = len(entries)
-    while after < count:  # no copy of the rest of the table, no iterator: a frame's cost
-        entry = entries[after]
-        if entry.local is not None:
-            return True
-        if entry.expects_response:
-            return False
-        after += 1
-    return False
-
-
 def take_responses(
     buf: Any,
     start: int,
     end: int,
-    forwarded: Callable[[int, tuple[int, int]], tuple[int, int]] | None,
-    plain: Callable[[Any, Any, int, int, int, list[Any]], int] | None,
     intercept: Callable[[Any], bool] | None,
     now: float,
     entries: list[Any],
     counts: Any,
     max_frame_bytes: int,
-    pieces: list[Any],
     done: list[Any] | None,
     most: int = -1,
 ) -> tuple[int, int]:
@@ -227,40 +169,24 @@ def take_responses(
     why (``PARTIAL``, ``LEFT`` or ``DONE``); raises FrameError at a frame whose size
     rules it out (``at``: where; those before it are taken).
 
-    ``forwarded`` (the twin's ``PlainTable._forwarded.get``: per key, the versions
-    whose answers go out as they came) takes those; for the others, ``plain`` (the
-    twin's ``PlainTable.take``) says whether it takes the answer to an entry: -1 for
-    no, else up to where ``buf`` is in ``pieces``, where it may put a new start for the
-    answer (a head replaced); the rest of what was taken then follows there too. Else
     ``intercept`` (a reader's) leaves the answers it asks for; and an entry with a
-    handler (``context``: the gateway's own request) is always left."""
-    pos = written = start
+    handler (``context``: the gateway's own request) is always left (``takes_answer``)."""
+    pos = start
     answered, count = 0, len(entries)
     try:
         while end - pos >= RESPONSE_HEAD_BYTES:
             size, correlation_id = RESPONSE_HEAD.unpack_from(buf, pos)
-            if not RESPONSE_MIN_SIZE <= size <= max_frame_bytes:
-                _refuse(size, RESPONSE_MIN_SIZE, max_frame_bytes, pos)
-            stop = pos + 4 + size
+            stop = response_end(size, pos, max_frame_bytes)
+            if stop < 0:
+                _refuse(size, max_frame_bytes, pos)
             if stop > end:
                 return pos, PARTIAL
             if answered == count:
                 return pos, LEFT
             entry = entries[answered]
-            if (
-                entry.context is not None
-                or not answers(entry, correlation_id)
-                or (answered + 1 < count and releases_local(entries, answered + 1))
-            ):
+            if not takes_answer(entry, correlation_id, entries, answered, count):
                 return pos, LEFT
-            if forwarded is not None:
-                low, high = forwarded(entry.api_key, _NONE)
-                if not low <= entry.api_version <= high:
-                    took = plain(entry, buf, pos, stop, written, pieces)  # type: ignore[misc]
-                    if took < 0:
-                        return pos, LEFT
-                    written = took
-            elif intercept is not None and intercept(entry):
+            if intercept is not None and intercept(entry):
                 return pos, LEFT
             entry.response_bytes = stop - pos
             count_response(counts, entry, now)
@@ -274,5 +200,3 @@ def take_responses(
     finally:  # what was answered leaves the table, however the loop ended
         if answered:
             del entries[:answered]
-        if written > start and pos > written:
-            pieces.append(buf[written:pos])

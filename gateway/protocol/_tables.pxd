@@ -1,5 +1,5 @@
 # cython: language_level=3
-# The compiled scanner's tables (_tables.pyx), for the scanner (_scan.pyx). See there.
+# The compiled scanner's tables (_tables.pyx), for the scanner (_scan.py, compiled).
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
 
@@ -10,7 +10,6 @@ cdef enum:
     KEYS = 128
     # The versions a walk program may be kept for (Kafka's highest today is under 20).
     WALK_VERSIONS = 64
-    SASL_HANDSHAKE = 17
     # Latency buckets as gateway.protocol._stats.LATENCY_BUCKETS (the tests compare).
     BUCKETS = 14
 
@@ -29,14 +28,8 @@ cdef double now() noexcept nogil
 cdef const int32_t* keep_walk(int key, int version, program) except? NULL
 
 
-cdef class InFlightRequest:
-    cdef public int api_key, api_version, correlation_id
-    cdef public double started
-    cdef public Py_ssize_t request_bytes, response_bytes
-    cdef public object local, context
-    cdef public bint to_upstream, expects_response
-
-
+# Final: the scanner calls its methods directly, none through a table of methods.
+@cython.final
 cdef class PlainTable:
     cdef int16_t low[KEYS]
     cdef int16_t high[KEYS]
@@ -51,10 +44,13 @@ cdef class PlainTable:
     # The (key, version) last looked up in ``heads``, kept: no tuple made per answer.
     cdef tuple _head_key
 
+    cdef bint _takes(self, int key, int version) noexcept
     cdef bint _forwarded(self, int key, int version) noexcept
     cdef bint _headed(self, int key, int version) noexcept
     cdef const int32_t* _walk_of(self, int key, int version) noexcept
-    cdef object _last_head(self, int key, int version, const uint8_t* frame, Py_ssize_t size)
+    cdef object _last_head(
+        self, int key, int version, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+    )
 
 
 cdef struct Count:

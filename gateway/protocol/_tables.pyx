@@ -1,8 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled scanner's tables (see gateway/protocol/_scan.pyx): the in-flight entry
-both languages' readers and the scanner make, the table of what the scanner takes
-(``PlainTable``) with the walk programs it keeps, and the scanner's counts. Their Python
-twins are in gateway/protocol/_scan_py.py.
+"""The compiled scanner's tables (see gateway/protocol/_scan.py): the table of what the
+scanner takes (``PlainTable``) with the walk programs it keeps, and the scanner's
+counts. Their Python twins are in gateway/protocol/_tables_py.py (C arrays and C counts
+are no source plain Python can run); the rule they apply, which requests the scanner
+may take, is one (``_hotwire.scanner_takes_key``), and so is the in-flight entry both
+builds make (gateway/protocol/_inflight_entry.py).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -13,6 +15,8 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 cimport cython
 
+from ._hot import scanner_takes_key
+
 LATENCY_BUCKETS = tuple(LATENCY_BOUNDS[i] for i in range(BUCKETS))
 
 
@@ -21,34 +25,6 @@ cdef double now() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-@cython.freelist(64)
-cdef class InFlightRequest:
-    """A request whose response is awaited (or, when ``local`` is set, already made).
-
-    ``request_bytes``/``response_bytes``: frame sizes, length prefix included (the
-    request log). ``local``: a response the gateway made, released once every earlier
-    upstream response went out. ``context``: an interceptor's note until the response.
-    ``to_upstream`` False: answered here, never matched to an upstream response;
-    ``expects_response`` False: an acks=0 produce, kept to recognise a broker that
-    answers it (see ``InFlight``)."""
-
-
-    def __init__(
-        self,
-        int api_key,
-        int api_version,
-        int correlation_id,
-        bint to_upstream=True,
-        bint expects_response=True,
-    ):
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.started = now()
-        self.to_upstream = to_upstream
-        self.expects_response = expects_response
 
 
 # Per api key, per version, the walk program of its responses. Programs follow from
@@ -75,6 +51,7 @@ cdef const int32_t* keep_walk(int key, int version, program) except? NULL:
     return _walks[key][version]
 
 
+@cython.final
 cdef class PlainTable:
     """Per API key, the versions the scanner takes (see the module docstring): requests
     forwarded untouched whose responses are either not rewritten, walked or headed.
@@ -94,16 +71,16 @@ cdef class PlainTable:
             self.walk_low[key], self.walk_high[key] = 1, 0
             self.head_low[key], self.head_high[key] = 1, 0
         for key, (low, high) in headed.items():
-            if 0 <= key < KEYS and key != SASL_HANDSHAKE:
+            if 0 <= key < KEYS and scanner_takes_key(key):
                 self.head_low[key], self.head_high[key] = low, high
         self.heads = heads
         self.book = book
         for key, (low, high) in passthrough.items():
-            if 0 <= key < KEYS and key != SASL_HANDSHAKE:
+            if 0 <= key < KEYS and scanner_takes_key(key):
                 self.low[key] = low
                 self.high[key] = min(high, first_rewritten.get(key, 1 << 15) - 1)
         for (key, version), program in sorted(walks.items()):
-            if not (0 <= key < KEYS and key != SASL_HANDSHAKE and 0 <= version < WALK_VERSIONS):
+            if not (0 <= key < KEYS and scanner_takes_key(key) and 0 <= version < WALK_VERSIONS):
                 continue
             if self.walk_low[key] > self.walk_high[key]:
                 self.walk_low[key] = version
@@ -114,13 +91,20 @@ cdef class PlainTable:
 
     def plain(self, int key, int version):
         """Whether the scanner takes requests of this key and version."""
-        return self._forwarded(key, version) or self._walk_of(key, version) != NULL or self._headed(key, version)
+        return self._takes(key, version)
 
     def walked(self, int key, int version):
         return self._walk_of(key, version) != NULL
 
     def headed(self, int key, int version):
         return self._headed(key, version)
+
+    cdef bint _takes(self, int key, int version) noexcept:
+        return (
+            self._forwarded(key, version)
+            or self._walk_of(key, version) != NULL
+            or self._headed(key, version)
+        )
 
     cdef bint _forwarded(self, int key, int version) noexcept:
         return 0 <= key < KEYS and self.low[key] <= version <= self.high[key]
@@ -133,10 +117,12 @@ cdef class PlainTable:
             return _walks[key][version]
         return NULL
 
-    cdef object _last_head(self, int key, int version, const uint8_t* frame, Py_ssize_t size):
-        """The head last rewritten for (key, version) if ``frame`` (``size`` bytes)
-        starts with it after its correlation id and it holds for the book now; else
-        None."""
+    cdef object _last_head(
+        self, int key, int version, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end
+    ):
+        """The head last rewritten for (key, version) if the frame at ``buf[pos]``
+        (to ``end``) starts with it after its correlation id and it holds for the book
+        now; else None."""
         cdef tuple pair = self._head_key
         if pair is None or pair[0] != key or pair[1] != version:
             pair = self._head_key = (key, version)
@@ -149,7 +135,7 @@ cdef class PlainTable:
             return None
         original = <bytes>fields[0]
         cdef Py_ssize_t length = PyBytes_GET_SIZE(original)
-        if size - 8 < length or memcmp(frame + 8, PyBytes_AS_STRING(original), length):
+        if end - pos - 8 < length or memcmp(buf + pos + 8, PyBytes_AS_STRING(original), length):
             return None
         return head
 

@@ -28,7 +28,8 @@ The frames are tuples linked to their parent and the steps left are an iterator,
 list and an index: a whole Produce v10+ or small Fetch v16+ response is walked on every
 request, and this form costs no more than plain recursion (bench/walk_bench.py).
 
-The compiled lane runs the same programs in C (``tail_program``, ``_scan.pyx``).
+The scanner walks the same programs, flattened (``tail_program``,
+``_hotwire.walk_tail``), compiled and as plain Python alike.
 """
 
 from __future__ import annotations

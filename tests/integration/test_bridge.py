@@ -57,7 +57,7 @@ def _records(tag: str) -> list[tuple[bytes | None, bytes]]:
     ]
 
 
-def _old(
+def old_client(
     api_version: tuple[int, int], compression: str | None = None, **settings: Any
 ) -> OldClient:
     """kafka-python pinned to ``api_version``, as ``tests/harness/old_clients`` has it."""
@@ -72,7 +72,7 @@ def _read(
     return old.consume_records(bootstrap, topic, count, linger_s=1.0)
 
 
-def _assert_refused(bootstrap: str, topic: str, **settings: Any) -> None:
+def assert_refused(bootstrap: str, topic: str, **settings: Any) -> None:
     """One record from kafka-python 0.10, not retried, and not acknowledged."""
     from kafka import KafkaProducer
 
@@ -121,7 +121,7 @@ def test_old_kafka_python_is_carried_across_kafka_4(
     compression: str | None,
 ) -> None:
     DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
-    old = _old(api_version, compression)
+    old = old_client(api_version, compression)
     sent = _records("old")
     assert old.produce_records(bridged.bootstrap, unique_topic, sent) == RECORDS
     got = _read(old, bridged.bootstrap, unique_topic, RECORDS)
@@ -155,7 +155,7 @@ def test_direct_to_kafka_4_the_old_client_fails(
     """The control: the same client, direct, gets nothing acknowledged."""
     direct = direct_address(apache_kafka)
     DRIVERS[0].create_topic(direct, unique_topic)
-    _assert_refused(direct, unique_topic, reconnect_backoff_max_ms=500)
+    assert_refused(direct, unique_topic, reconnect_backoff_max_ms=500)
 
 
 def test_a_modern_client_beside_bridged_ones_is_untouched(
@@ -163,14 +163,14 @@ def test_a_modern_client_beside_bridged_ones_is_untouched(
 ) -> None:
     DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
     old = [(b"k%d" % i, b"old-%d" % i) for i in range(50)]
-    assert _old((0, 10)).produce_records(bridged.bootstrap, unique_topic, old) == 50
+    assert old_client((0, 10)).produce_records(bridged.bootstrap, unique_topic, old) == 50
     modern = [b"modern-%d" % i for i in range(50)]
     DRIVERS[0].produce(bridged.bootstrap, unique_topic, modern, "all")
     assert (
         DRIVERS[0].consume_assigned(bridged.bootstrap, unique_topic, 100)
         == [v for _, v in old] + modern
     )
-    got = _read(_old((0, 10)), bridged.bootstrap, unique_topic, 100)
+    got = _read(old_client((0, 10)), bridged.bootstrap, unique_topic, 100)
     assert [v for _, _, v in got] == [v for _, v in old] + modern
     # Only the old client's requests were bridged: confluent-kafka's went through as they came.
     text = metrics_text(bridged)
@@ -189,7 +189,7 @@ def test_acks_0_is_honoured_across_the_bridge(bridged: GatewayProcess, unique_to
         producer.flush(timeout=TIMEOUT_S)
     finally:
         producer.close(timeout=5)
-    got = _read(_old((0, 10)), bridged.bootstrap, unique_topic, RECORDS)
+    got = _read(old_client((0, 10)), bridged.bootstrap, unique_topic, RECORDS)
     assert [(k, v) for _, k, v in got] == sent
     assert 'api="Produce",from_version="2",to_version="3"' in metrics_text(bridged)
 
@@ -240,7 +240,7 @@ def test_log_append_time_reaches_an_old_reader(
     assert [(r.key, r.value) for r in got] == sent
     assert {r.timestamp_type for r in got} == {1}
     assert all(before_ms <= r.timestamp <= after_ms for r in got), got[0]
-    magic0 = _read(_old((0, 9)), bridged.bootstrap, unique_topic, RECORDS)
+    magic0 = _read(old_client((0, 9)), bridged.bootstrap, unique_topic, RECORDS)
     assert [(k, v) for _, k, v in magic0] == sent
     assert 'api="Fetch",from_version="2"' in metrics_text(bridged)
 
@@ -308,7 +308,7 @@ def test_a_classic_group_commits_and_resumes_across_the_bridge(
     DRIVERS[0].create_topic(bridged.bootstrap, unique_topic)
     first = [(None, b"first-%d" % i) for i in range(100)]
     second = [(None, b"second-%d" % i) for i in range(100)]
-    old = _old(api_version)
+    old = old_client(api_version)
     assert old.produce_records(bridged.bootstrap, unique_topic, first) == 100
     group = f"g-{unique_topic}"
     assert _group_read(bridged.bootstrap, unique_topic, group, 100, api_version=api_version) == [
@@ -332,8 +332,10 @@ def test_a_policy_refuses_one_client_and_bridges_another(
     gw = bridging(gateway_factory, apache_kafka, tmp_path, policy)
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
-    assert _old((0, 10), client_id="app").produce_records(gw.bootstrap, unique_topic, sent) == 10
-    _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")  # as Kafka 4 refuses it
+    assert (
+        old_client((0, 10), client_id="app").produce_records(gw.bootstrap, unique_topic, sent) == 10
+    )
+    assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")  # as Kafka 4 refuses it
     assert DRIVERS[0].consume_assigned(gw.bootstrap, unique_topic, 10) == [v for _, v in sent]
     text = metrics_text(gw)
     refused_line = next(
@@ -398,10 +400,10 @@ def test_the_policy_file_is_reloaded_on_sighup(
     rules.write_text("client_id=^legacy- -> refuse\n")
     gw = bridging(gateway_factory, apache_kafka, tmp_path, f'policy_file = "{rules}"')
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
-    _assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")
+    assert_refused(gw.bootstrap, unique_topic, client_id="legacy-1")
     rules.write_text("# every client is bridged now\n")
     reloads(gw, "ok", 1)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
-    legacy = _old((0, 10), client_id="legacy-1")
+    legacy = old_client((0, 10), client_id="legacy-1")
     assert legacy.produce_records(gw.bootstrap, unique_topic, sent) == 10
     assert '"bridge_policy_changed": true' in gw.log_text()

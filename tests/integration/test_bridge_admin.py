@@ -24,7 +24,7 @@ from tests.harness import GatewayProcess
 from tests.harness.apache_kafka import ApacheKafkaBroker
 from tests.harness.java_clients import OLD_ADMIN, JavaProbe, JavaToolMissing, build
 from tests.harness.procs import HarnessError
-from tests.integration.test_bridge import _bridging, _metrics
+from tests.integration.test_bridge import bridging, metrics_text
 
 OLD_ADMINS = [(1, 0), (0, 11)]
 RETENTION_MS = "123456"
@@ -32,7 +32,7 @@ RETENTION_MS = "123456"
 
 @pytest.fixture
 def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) -> GatewayProcess:
-    return _bridging(gateway_factory, apache_kafka)
+    return bridging(gateway_factory, apache_kafka)
 
 
 def _admin(bootstrap: str, api_version: tuple[int, int] | None = None) -> Any:
@@ -57,7 +57,7 @@ def _topic_with_a_config(bootstrap: str, topic: str) -> None:
 def _bridged(gw: GatewayProcess, api: str) -> float:
     """How many requests of ``api`` the gateway bridged from v0 to v1."""
     prefix = f'kafka_gateway_bridged_requests_total{{api="{api}",from_version="0",to_version="1"}}'
-    for line in _metrics(gw).splitlines():
+    for line in metrics_text(gw).splitlines():
         if line.startswith(prefix):
             return float(line.rsplit(" ", 1)[1])
     return 0.0

@@ -20,7 +20,7 @@ from tests.integration.secure_kafka import (
     create_scram_user,
     sasl_driver,
 )
-from tests.integration.test_bridge import _assert_refused, _bridging, _metrics, _old
+from tests.integration.test_bridge import assert_refused, bridging, metrics_text, old_client
 from tests.integration.test_clients import DRIVERS
 from tests.integration.test_sasl_principals import assert_no_secret, lines, secure_kafka
 
@@ -69,14 +69,14 @@ def test_a_release_cap_holds_an_old_client_to_that_releases_versions(
     tmp_path: Path,
 ) -> None:
     policy = 'policy = ["client_id=^capped- -> cap 0.10.0"]'
-    gw = _bridging(gateway_factory, apache_kafka, tmp_path, policy)
+    gw = bridging(gateway_factory, apache_kafka, tmp_path, policy)
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     sent = [(b"k%d" % i, b"capped-%d" % i) for i in range(20)]
-    capped = _old(PINNED, client_id="capped-1")
+    capped = old_client(PINNED, client_id="capped-1")
     assert capped.produce_records(gw.bootstrap, unique_topic, sent) == 20
     got = capped.consume_records(gw.bootstrap, unique_topic, 20, linger_s=1.0)
     assert [(k, v) for _, k, v in got] == sent
-    text = _metrics(gw)
+    text = metrics_text(gw)
     # Kafka 0.10.0's broker: Fetch v2 at most, ListOffsets v0 (both bridged from there).
     assert _bridged_from(text, "Fetch", 2) >= 1 and _bridged_from(text, "ListOffsets", 0) >= 1
     assert _bridged_from(text, "Fetch", 3) == 0 and _versions_sent(text, "ListOffsets") == {"0"}
@@ -84,9 +84,9 @@ def test_a_release_cap_holds_an_old_client_to_that_releases_versions(
     logged = lines(gw, "bridge.versions_capped")
     assert {(line["cap"], line["client_id"]) for line in logged} == {("0.10.0", "capped-1")}
     # The same client under another client id is not capped: Fetch v3, ListOffsets v1.
-    other = _old(PINNED, client_id="app")
+    other = old_client(PINNED, client_id="app")
     assert len(other.consume_records(gw.bootstrap, unique_topic, 20, linger_s=0.5)) == 20
-    text = _metrics(gw)
+    text = metrics_text(gw)
     assert _bridged_from(text, "Fetch", 3) >= 1 and "1" in _versions_sent(text, "ListOffsets")
 
 
@@ -99,12 +99,12 @@ def test_an_api_cap_holds_librdkafka_to_it(
     # librdkafka picks each API's version from the ranges it is told, one by one. A modern
     # client (ApiVersions v4) is matched by its KIP-511 software and capped too.
     policy = 'policy = ["software=confluent-kafka-python -> cap Produce=3,Fetch=4"]'
-    gw = _bridging(gateway_factory, apache_kafka, tmp_path, policy)
+    gw = bridging(gateway_factory, apache_kafka, tmp_path, policy)
     DRIVERS[0].create_topic(gw.bootstrap, unique_topic)
     values = [b"v%d" % i for i in range(20)]
     DRIVERS[0].produce(gw.bootstrap, unique_topic, values, "all")
     assert DRIVERS[0].consume_assigned(gw.bootstrap, unique_topic, 20) == values
-    text = _metrics(gw)
+    text = metrics_text(gw)
     assert _versions_sent(text, "Produce") == {"3"} and _versions_sent(text, "Fetch") == {"4"}
     assert _capped_answers(text) >= 2  # one per connection
     (logged,) = {line["cap"] for line in lines(gw, "bridge.versions_capped")}
@@ -135,10 +135,10 @@ def test_a_principal_rule_refuses_one_sasl_login_and_bridges_another(
     modern = sasl_driver("confluent", "PLAIN")
     modern.create_topic(gw.bootstrap, unique_topic)
     sent = [(b"k", b"v%d" % i) for i in range(10)]
-    alice = _old((0, 10), **_sasl(USER, PASSWORD))
+    alice = old_client((0, 10), **_sasl(USER, PASSWORD))
     assert alice.produce_records(gw.bootstrap, unique_topic, sent) == 10
-    _assert_refused(gw.bootstrap, unique_topic, **_sasl(LEGACY, LEGACY_PASSWORD))
-    text = _metrics(gw)
+    assert_refused(gw.bootstrap, unique_topic, **_sasl(LEGACY, LEGACY_PASSWORD))
+    text = metrics_text(gw)
     assert _bridged_from(text, "Produce", 2) >= 1
     refused = [
         line
@@ -200,7 +200,7 @@ def test_the_delegation_token_v0s_create_describe_renew_and_expire_a_token(
                 break
             time.sleep(0.2)
         assert not left
-    text = _metrics(gw)
+    text = metrics_text(gw)
     assert _bridged_from(text, "CreateDelegationToken", 0) == 1
     assert _bridged_from(text, "DescribeDelegationToken", 0) >= 2
     assert _bridged_from(text, "RenewDelegationToken", 0) == 1

@@ -11,8 +11,9 @@ names a ``Protocol`` of its own, or both take the types from a third module. Imp
 inside functions count as well: deferring an import hides a circle from the
 interpreter, not from the reader. ``importlib.import_module("...")`` and
 ``__import__("...")`` with a literal name count too. One graph spans both packages, so
-a circle through both would show. The compiled modules (``.pyx``, ``.pxd``) are in it as well,
-with their ``import`` and ``cimport`` lines read as text (Cython is not Python's grammar).
+a circle through both would show. The compiled modules (``.pyx``, ``.pxd``, and a ``.py``
+beside its ``.pxd``) are in it as well, with their ``import`` and ``cimport`` lines read
+as text (Cython is not Python's grammar).
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def import_graph(*roots: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        if path.suffix in (".pyx", ".pxd"):
+        if path.suffix in (".pyx", ".pxd") or path.with_suffix(".pxd").exists():
+            # A .py beside its .pxd is compiled too (Cython's pure Python mode): the
+            # .pxd's cimports are its edges as well as the .py's own imports (below).
             sources = (path.with_suffix(".pyx"), path.with_suffix(".pxd"))
             text = "\n".join(p.read_text() for p in sources if p.exists())
             for match in CYTHON_IMPORT.finditer(text):
@@ -80,7 +83,8 @@ def import_graph(*roots: Path) -> dict[str, set[str]]:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph[name].add(target)
-            continue
+            if path.suffix != ".py":
+                continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):

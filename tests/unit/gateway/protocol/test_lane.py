@@ -1,4 +1,4 @@
-"""The compiled scanner and reads (gateway/protocol/_scan.pyx, gateway/server/_lane.pyx)
+"""The compiled scanner and reads (gateway/protocol/_scan.py, gateway/server/_lane.pyx)
 do what the readers alone do.
 
 Every read a socket gives a connection goes through ``buffer_updated``; the scanner
@@ -15,7 +15,7 @@ sometimes moves. The C walk of the walked answers is held to the Python walk on 
 own, over every flexible response Kafka has. The transports are stand-ins that keep
 what is written (what a socket carries is the point here, and the cuts must be
 chosen); the connection, readers, interceptors and scanner are the real ones. With
-``KAFKA_GATEWAY_PURE_PYTHON=1`` the same tests hold the scanner's Python twin to the
+``KAFKA_GATEWAY_PURE_PYTHON=1`` the same tests hold the scanner's plain build to the
 readers alone.
 """
 

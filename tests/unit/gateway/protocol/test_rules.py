@@ -1,7 +1,6 @@
-"""The rules' loops (gateway/protocol/_rules.py), which the scanner's twin and the readers
-both run: where they stop and why, and what they leave in the table and the counts.
-Whole connections through them are test_streams.py's and test_lane.py's; the C copy is
-held to them by test_scan.py."""
+"""The readers' loops (gateway/protocol/_rules.py): where they stop and why, and what
+they leave in the table and the counts. Whole connections through them are
+test_streams.py's and test_lane.py's, which hold the scanner to them too."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ def _take(data: bytes, **policy: Any) -> tuple[int, int, InFlight]:
         data,
         0,
         len(data),
-        policy.get("plain"),
         policy.get("intercept"),
         InFlightRequest,
         inflight.entries,
@@ -82,8 +80,8 @@ def test_a_size_out_of_bounds_raises_where_its_frame_starts(size: int, reason: s
     inflight.entries.append(InFlightRequest(18, 0, 1))
     with pytest.raises(_rules.FrameError) as raised:
         _rules.take_responses(
-            responses, 0, len(responses), None, None, None, 0.0, inflight.entries,
-            inflight.counts, MAX, [], None,
+            responses, 0, len(responses), None, 0.0, inflight.entries, inflight.counts, MAX,
+            None,
         )  # fmt: skip
     assert raised.value.at == 8 and not inflight.entries  # the answer before it was taken
 

@@ -1,9 +1,11 @@
-"""The compiled scanner (gateway/protocol/_scan.pyx) and its Python twin
-(gateway/protocol/_scan_py.py) are the same functions: fed the same bytes and tables,
-they take the same bytes, make the same entries, count the same and leave the same.
+"""The scanner's two builds are the same functions: gateway/protocol/_scan.py,
+_hotwire.py and _inflight_entry.py compiled, over the C tables (_tables.pyx), and the
+same files as plain Python, over the tables' Python twins (_tables_py.py). Fed the
+same bytes and tables, they take the same bytes, make the same entries, count the same
+and leave the same.
 
-test_lane.py (beside this file) holds whichever scanner runs to the readers alone, over whole
-connections; this holds the two scanners to each other, function by function.
+test_lane.py (beside this file) holds whichever build runs to the readers alone, over
+whole connections; this holds the two builds to each other, function by function.
 """
 
 from __future__ import annotations
@@ -17,18 +19,23 @@ import pytest
 
 from gateway.features.report import NO_FEATURES
 from gateway.interceptors import dispatch
-from gateway.protocol import _scan_py, _scanner, frame
+from gateway.protocol import _scanner, _tables_py, frame
+from gateway.protocol._hot import plain
 from gateway.protocol._stats import ApiStats
 from gateway.versions import gateway_supported
 from tests.unit._connection import RecordingTransport, connected
 from tests.unit._kafka import produce
 from tests.unit.gateway.protocol.test_lane import KINDS, _answer
 
-# The compiled scanner: its functions and its tables, as one namespace like the twin's.
+# The compiled scanner: its functions, its tables and its entry, as one namespace; and
+# the same files as plain Python, over the tables' Python twins.
 compiled = (
-    SimpleNamespace(**{**vars(_scanner.tables), **vars(_scanner.scan)})
+    SimpleNamespace(**{**vars(_scanner.entry), **vars(_scanner.tables), **vars(_scanner.scan)})
     if _scanner.COMPILED
     else None
+)
+plain_build = SimpleNamespace(
+    **{**vars(plain("_inflight_entry")), **vars(_tables_py), **vars(plain("_scan"))}
 )
 MAX = 1 << 20
 
@@ -47,7 +54,7 @@ def _tables() -> tuple[Any, Any]:
         dispatch.LAST_HEADS,
         conn.gateway.router,
     )
-    return compiled.PlainTable(*args), _scan_py.PlainTable(*args)  # type: ignore[union-attr]
+    return compiled.PlainTable(*args), plain_build.PlainTable(*args)  # type: ignore[union-attr]
 
 
 def _entries(entries: list[Any]) -> list[tuple[int, ...]]:
@@ -61,7 +68,7 @@ def _both_scan(stream: bytes) -> list[tuple[int, list[tuple[int, ...]]]]:
     """What the compiled scanner and its twin each take of the whole ``stream``: how far
     they read, and their entries."""
     sides = []
-    for module, table in zip((compiled, _scan_py), _tables(), strict=True):
+    for module, table in zip((compiled, plain_build), _tables(), strict=True):
         entries: list[Any] = []
         counts = module.Counts()  # type: ignore[union-attr]
         taken = module.scan_requests(stream, 0, len(stream), table, entries, counts, MAX)  # type: ignore[union-attr]
@@ -90,7 +97,7 @@ def test_the_compiled_scanner_and_its_twin_take_the_same(seed: int) -> None:
     end = rng.choice([len(stream), rng.randrange(start, len(stream) + 1)])
     tables = _tables()
     sides = []
-    for module, table in zip((compiled, _scan_py), tables, strict=True):
+    for module, table in zip((compiled, plain_build), tables, strict=True):
         entries: list[Any] = []
         counts = module.Counts()  # type: ignore[union-attr]
         taken = module.scan_requests(stream, start, end, table, entries, counts, MAX)  # type: ignore[union-attr]
@@ -124,9 +131,11 @@ def test_the_compiled_scanner_and_its_twin_take_the_same(seed: int) -> None:
 
 @pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
 def test_the_twin_makes_the_same_kind_of_entry() -> None:
-    """Both entry types carry the same attributes with the same defaults."""
-    made = [module.InFlightRequest(3, 12, 7) for module in (compiled, _scan_py)]  # type: ignore[union-attr]
-    for name in _scan_py.InFlightRequest.__slots__:
+    """Both builds of the entry (``_inflight_entry.py`` compiled, and as plain Python)
+    carry the same attributes with the same defaults."""
+    assert compiled.InFlightRequest is not plain_build.InFlightRequest  # type: ignore[union-attr]
+    made = [module.InFlightRequest(3, 12, 7) for module in (compiled, plain_build)]  # type: ignore[union-attr]
+    for name in plain_build.InFlightRequest.__slots__:
         if name != "started":
             assert getattr(made[0], name) == getattr(made[1], name), name
 
@@ -150,7 +159,7 @@ def test_acks_of_produce_v0_to_2_are_read_alike(version: int) -> None:
 @pytest.mark.skipif(not _scanner.COMPILED, reason="the scanner is not compiled")
 @pytest.mark.parametrize("version", [3, 9, 11])
 def test_acks_past_a_long_transactional_id_are_read_alike(version: int) -> None:
-    """The twin copies a Produce's first bytes to read acks, and reads in place past them."""
+    """Both read acks in place, however far past the request's first bytes it lies."""
     stream = b"".join(
         produce(version, i, acks=i % 2, transactional_id="t" * 600).frame for i in (1, 3, 4)
     )
