@@ -383,7 +383,7 @@ class Pair:
 
 
 # What each event of a reader becomes: True when the rest of that read is not sent
-# (the pair closed). Keyed by exact type: the events are final dataclasses.
+# (the pair closed). Keyed by exact type: no event type is subclassed.
 _REQUEST_EVENTS: dict[type, Callable[[Pair, Any], bool]] = {
     RequestFrame: Pair._request_frame,
     ProtocolViolation: Pair._client_violation,
