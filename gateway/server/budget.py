@@ -1,6 +1,6 @@
 """A connection as the limits see it (``gateway/server/limits.py``'s ``Limited``): what
 it buffers, how active it is, and how to pause or close it. One ``Budget`` per
-connection, made and held by ``ClientConnection``; the limits hold the budget, never the
+connection, made and held by its ``pair.Pair``; the limits hold the budget, never the
 connection."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .reads import lane
 
 
 class Buffering(Protocol):
-    """What the budget reads of its connection (``proxy.ClientConnection``)."""
+    """What the budget reads of its connection (``pair.Pair``)."""
 
     peer_ip: str
     # Client bytes held until the upstream's versions are known.

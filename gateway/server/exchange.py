@@ -1,6 +1,6 @@
 """A connection as interceptors see it (``gateway.interceptors.context.Exchange``), and
 the door to them. One ``ConnectionExchange`` per connection, made and held by
-``ClientConnection``, which hands it to ``gateway.interceptors.dispatch``; interceptors
+``pair.Pair``, which hands it to ``gateway.interceptors.dispatch``; interceptors
 never see the connection itself.
 
 The connection knows no API by name. Interceptors registered by API key decide: the
@@ -48,7 +48,7 @@ _internal_ids = itertools.count(-(2**31))
 
 
 class Exchanging(Protocol):
-    """What the exchange reads and does of its connection (``proxy.ClientConnection``)."""
+    """What the exchange reads and does of its connection (``pair.Pair``)."""
 
     gateway: GatewayServices
     listener: str
@@ -86,7 +86,7 @@ class ConnectionExchange:
         # Told how each SASL login of the connection ends (none without SASL).
         conn.inflight.sasl.watcher = self
         # The negotiated ranges minus the keys answered here: what passes untouched
-        # (``ClientConnection.renegotiate``).
+        # (``Pair.renegotiate``).
         self.passthrough: dict[int, VersionRange] = {}
 
     # -- the pass-through table, and what happens to what it holds back ----------------

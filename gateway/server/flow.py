@@ -26,7 +26,7 @@ THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 
 
 class Flowing(Protocol):
-    """What the flow reads of its connection (``proxy.ClientConnection``)."""
+    """What the flow reads of its connection (``pair.Pair``)."""
 
     client: asyncio.Transport | None
     upstream: asyncio.Transport | None
@@ -38,7 +38,7 @@ class Flowing(Protocol):
 class Flow:
     """Why each side of one connection is paused (the bits above): a side reads again
     once no reason is left, so lifting one pause never lifts another. One per
-    connection, made and held by ``ClientConnection``."""
+    connection, made and held by its ``pair.Pair``."""
 
     __slots__ = ("_client", "_conn", "_upstream")
 

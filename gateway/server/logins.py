@@ -31,7 +31,7 @@ class _Gateway(Protocol):
 
 
 class LoggedIn(Protocol):
-    """What a login changes of a connection (``proxy.ClientConnection``)."""
+    """What a login changes of a connection (``pair.Pair``)."""
 
     gateway: _Gateway
     principal: str | None

@@ -39,7 +39,7 @@ RECV: memoryview = lane.RECV
 
 
 class Owner(Protocol):
-    """What the reads call (``proxy.ClientConnection``: its Python path)."""
+    """What the reads call (``pair.Pair``: the Python path)."""
 
     def data_received(self, data: bytes) -> None:
         """A client read, or what the scanner left of it."""

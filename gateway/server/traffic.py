@@ -1,6 +1,6 @@
 """A connection's traffic as the metrics, the connection registry (/connections) and the
 request log see it. One ``Traffic`` per connection, made and held by
-``ClientConnection``."""
+its ``pair.Pair``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .services import GatewayServices
 
 
 class Counted(Protocol):
-    """What the traffic reads of its connection (``proxy.ClientConnection``)."""
+    """What the traffic reads of its connection (``pair.Pair``)."""
 
     gateway: GatewayServices
     listener: str

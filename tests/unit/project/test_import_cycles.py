@@ -218,17 +218,18 @@ def test_the_circle_finder_sees_imports_inside_functions_and_by_name(tmp_path: P
 def test_the_connection_names_no_api_and_no_per_api_interceptor() -> None:
     # Issue 12: interceptors registered by API key decide; the connection only moves
     # frames. Naming an API key constant or a per-API module there brings back a method
-    # per API in ClientConnection.
+    # per API in the pair (or its asyncio adapter, ClientConnection).
     from gateway.protocol import _apis
 
     api_constants = {name for name in vars(_apis) if name.isupper() and name.isidentifier()}
-    path = REPO / "gateway" / "server" / "proxy.py"
     imported: set[str] = set()
     modules: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom):
-            modules.add(("." * node.level) + (node.module or ""))
-            imported |= {alias.name for alias in node.names}
+    for name in ("proxy.py", "pair.py"):
+        path = REPO / "gateway" / "server" / name
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                modules.add(("." * node.level) + (node.module or ""))
+                imported |= {alias.name for alias in node.names}
     assert imported & api_constants == set()
     assert {m for m in modules if m.startswith("..interceptors.")} <= {"..interceptors.context"}
     assert "dispatch" in imported  # what it asks instead

@@ -35,7 +35,7 @@ class CallsTransport(RecordingTransport):
         self.calls.append([bytes(f) for f in frames])
 
 
-def _describe_groups(correlation_id: int) -> tuple[bytes, bytes]:
+def describe_groups(correlation_id: int) -> tuple[bytes, bytes]:
     """(request, response) of DescribeGroups v0, forwarded untouched both ways."""
     client_id = b"writes"
     head = struct.pack(">hhih", DESCRIBE_GROUPS, 0, correlation_id, len(client_id)) + client_id
@@ -71,8 +71,8 @@ def test_what_came_before_a_handled_response_goes_out_before_its_handler_runs() 
 
     async def main() -> None:
         conn, client, _ = connected(CallsTransport)
-        first, first_answer = _describe_groups(1)
-        second, second_answer = _describe_groups(2)
+        first, first_answer = describe_groups(1)
+        second, second_answer = describe_groups(2)
         conn.data_received(first)
         seen_by_handler: list[list[list[bytes]]] = []
         internal_id = 0
@@ -80,13 +80,13 @@ def test_what_came_before_a_handled_response_goes_out_before_its_handler_runs() 
         def build(correlation_id: int) -> tuple[int, bytes]:
             nonlocal internal_id
             internal_id = correlation_id
-            return 0, _describe_groups(correlation_id)[0]
+            return 0, describe_groups(correlation_id)[0]
 
         conn.exchange.ask_upstream(
             DESCRIBE_GROUPS, build, lambda payload: seen_by_handler.append(list(client.calls))
         )
         conn.data_received(second)
-        internal_answer = _describe_groups(internal_id)[1]
+        internal_answer = describe_groups(internal_id)[1]
         conn.upstream_data(first_answer + internal_answer + second_answer)
         assert seen_by_handler == [[[first_answer]]]
         assert client.calls == [[first_answer], [second_answer]]
