@@ -42,11 +42,13 @@ from ._scanner import PlainTable, match_responses
 from ._wire import INT16, Malformed
 
 
-def _with_handshake(
-    handshake: InFlightRequest, intercept: Callable[[InFlightRequest], bool] | None
-) -> Callable[[InFlightRequest], bool]:
-    """``intercept``, and the answer to ``handshake`` left to the reader too."""
-    return lambda entry: entry is handshake or (intercept is not None and intercept(entry))
+def _tell(
+    observer: Callable[[InFlightRequest], None] | None, done: list[InFlightRequest] | None
+) -> None:
+    """Show the observer (``InFlight.observer``) the answers the scanner or the loop took."""
+    if done:
+        for answered in done:
+            observer(answered)  # type: ignore[misc]
 
 
 class ResponseReader(FrameReader):
@@ -85,16 +87,13 @@ class ResponseReader(FrameReader):
 
     def discard(self) -> None:
         super().discard()
-        self._held = None  # a held head (HeadFinder)
-        self._current = None
+        self._held = self._current = None
         self._tail = False
         self._walk_left = 0
 
     def feed(self, data: bytes) -> list[Item]:
-        # The scanner first, on a read that starts at a frame boundary: what it takes
-        # goes out as it came (or, where it replaced a head, as ``pieces``); the rest
-        # of the read is split here.
-        inflight = self._inflight
+        # The scanner first, on a read from a frame boundary: what it takes goes out as it
+        # came (or as the pieces of a replaced head); the rest of the read is split here.
         if (
             self.table is None
             or self._pass
@@ -103,20 +102,12 @@ class ResponseReader(FrameReader):
             or self._gather is not None
             or self._walk is not None
             or self._failed
-            or inflight.sasl.state
+            or self._inflight.sasl.state
         ):
             return super().feed(data)
         n = len(data)
         out: list[Item] = []
-        # self._scan(data, 0, n, out), spelled out: one call less a read.
-        observer = inflight.observer
-        done: list[InFlightRequest] | None = None if observer is None else []
-        taken = match_responses(
-            data, 0, n, self.table, inflight.entries, inflight.counts, self._max, out, done
-        )
-        if done:
-            for entry in done:
-                observer(entry)  # type: ignore[misc]
+        taken = self._scan(data, 0, n, out)
         if taken == n:
             return out if out else [data]
         mv = memoryview(data)
@@ -134,9 +125,7 @@ class ResponseReader(FrameReader):
         taken: int = match_responses(
             data, pos, n, self.table, inflight.entries, inflight.counts, self._max, pieces, done
         )
-        if done:
-            for entry in done:
-                observer(entry)  # type: ignore[misc]
+        _tell(observer, done)
         return taken
 
     def _frame_done(self, out: list[Item]) -> None:
@@ -173,7 +162,8 @@ class ResponseReader(FrameReader):
         max_size = self._max
         handshake = inflight.sasl.handshake  # a SaslHandshake v0 awaiting its answer
         if handshake is not None:  # its answer is the reader's (_handshake_answered)
-            intercept = _with_handshake(handshake, intercept)
+            others = intercept
+            intercept = lambda e: e is handshake or (others is not None and others(e))  # noqa: E731
         scanning = self.table is not None and not inflight.sasl.state
         # After the scanner, the loop takes one answer: the scanner may take the next.
         most = 1 if scanning else -1
@@ -194,16 +184,12 @@ class ResponseReader(FrameReader):
                     data, pos, n, intercept, now, entries, counts, max_size, done, most,
                 )  # fmt: skip
             except FrameError as exc:
-                if done:
-                    for answered in done:
-                        observer(answered)  # type: ignore[misc]
+                _tell(observer, done)
                 if span < exc.at:  # the whole frames before the bad one still go out
                     out.append(mv[span : exc.at])
                 self._fail(out, exc.reason, exc.detail)
                 return n
-            if done:
-                for answered in done:
-                    observer(answered)  # type: ignore[misc]
+            _tell(observer, done)
             if why == DONE:
                 continue
             size, correlation_id = RESPONSE_HEAD.unpack_from(mv, pos)  # within bounds
@@ -341,11 +327,9 @@ class ResponseReader(FrameReader):
         self._walk = None
         if self._held is not None:
             self._held = None
+            what = f"{api_name(entry.api_key)} v{entry.api_version} response"
             self._fail(
-                out,
-                "malformed_frame",
-                f"{api_name(entry.api_key)} v{entry.api_version} response "
-                f"(correlation id {entry.correlation_id}): {detail}",
+                out, "malformed_frame", f"{what} (correlation id {entry.correlation_id}): {detail}"
             )
             return n
         out.append(UnreadableResponse(entry, detail))
