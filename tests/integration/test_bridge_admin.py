@@ -18,6 +18,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka.admin import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    ConfigResource,
+    KafkaAdminClient,
+    NewTopic,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from kafka.errors import SecurityDisabledError
 
 from tests.conftest import GatewayFactory
 from tests.harness import GatewayProcess
@@ -36,7 +50,6 @@ def bridged(gateway_factory: GatewayFactory, apache_kafka: ApacheKafkaBroker) ->
 
 
 def _admin(bootstrap: str, api_version: tuple[int, int] | None = None) -> Any:
-    from kafka.admin import KafkaAdminClient
 
     settings: dict[str, Any] = {"request_timeout_ms": 15000}
     if api_version is not None:
@@ -45,7 +58,6 @@ def _admin(bootstrap: str, api_version: tuple[int, int] | None = None) -> Any:
 
 
 def _topic_with_a_config(bootstrap: str, topic: str) -> None:
-    from kafka.admin import NewTopic
 
     modern = _admin(bootstrap)
     try:
@@ -67,7 +79,6 @@ def _bridged(gw: GatewayProcess, api: str) -> float:
 def test_describe_configs_v0_reads_what_kafka_4_says_with_v0s_is_default(
     bridged: GatewayProcess, unique_topic: str, api_version: tuple[int, int]
 ) -> None:
-    from kafka.admin import ConfigResource
 
     _topic_with_a_config(bridged.bootstrap, unique_topic)
     resource = [ConfigResource("TOPIC", unique_topic)]
@@ -99,17 +110,6 @@ def test_describe_configs_v0_reads_what_kafka_4_says_with_v0s_is_default(
 def test_the_acl_v0s_get_kafkas_answer_across_the_bridge(
     bridged: GatewayProcess, unique_topic: str, api_version: tuple[int, int]
 ) -> None:
-    from kafka.admin import (
-        ACL,
-        ACLFilter,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        ResourcePattern,
-        ResourcePatternFilter,
-        ResourceType,
-    )
-    from kafka.errors import SecurityDisabledError
 
     old = _admin(bridged.bootstrap, api_version)
     topic = ResourcePatternFilter(ResourceType.TOPIC, unique_topic, ACLResourcePatternType.LITERAL)
@@ -161,7 +161,6 @@ def test_direct_to_kafka_4_the_old_admin_client_fails(
     apache_kafka: ApacheKafkaBroker, unique_topic: str
 ) -> None:
     """The control: the same client and requests, direct, are refused."""
-    from kafka.admin import ConfigResource
 
     if apache_kafka.zookeeper_mode:
         pytest.skip("Kafka 3.9 still serves the v0s")
@@ -201,7 +200,6 @@ def test_kafka_1_0s_java_admin_client_is_carried_across_kafka_4(
     unique_topic: str,
     old_java_admin: JavaProbe,
 ) -> None:
-    from kafka.admin import ConfigResource
 
     _topic_with_a_config(bridged.bootstrap, unique_topic)
     broker = _broker_id(bridged.bootstrap)
@@ -308,16 +306,6 @@ def authorized_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apach
 def test_the_acl_v0s_mean_literal_patterns_as_kafka_read_them(
     authorized_kafka: ApacheKafkaBroker, gateway_factory: GatewayFactory, unique_topic: str
 ) -> None:
-    from kafka.admin import (
-        ACL,
-        ACLFilter,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        ResourcePattern,
-        ResourcePatternFilter,
-        ResourceType,
-    )
 
     gw = gateway_factory(upstream=authorized_kafka.bootstrap, metrics=True)
 
