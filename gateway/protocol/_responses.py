@@ -42,13 +42,10 @@ from ._scanner import PlainTable, match_responses
 from ._wire import INT16, Malformed
 
 
-def _tell(
-    observer: Callable[[InFlightRequest], None] | None, done: list[InFlightRequest] | None
-) -> None:
-    """Show the observer (``InFlight.observer``) the answers the scanner or the loop took."""
-    if done:
-        for answered in done:
-            observer(answered)  # type: ignore[misc]
+def _tell(observer: Callable[[InFlightRequest], None], done: list[InFlightRequest]) -> None:
+    """Show ``InFlight.observer`` the answers taken (called only when there are some)."""
+    for answered in done:
+        observer(answered)
 
 
 class ResponseReader(FrameReader):
@@ -125,7 +122,8 @@ class ResponseReader(FrameReader):
         taken: int = match_responses(
             data, pos, n, self.table, inflight.entries, inflight.counts, self._max, pieces, done
         )
-        _tell(observer, done)
+        if done:
+            _tell(observer, done)  # type: ignore[arg-type]
         return taken
 
     def _frame_done(self, out: list[Item]) -> None:
@@ -184,12 +182,14 @@ class ResponseReader(FrameReader):
                     data, pos, n, intercept, now, entries, counts, max_size, done, most,
                 )  # fmt: skip
             except FrameError as exc:
-                _tell(observer, done)
+                if done:
+                    _tell(observer, done)  # type: ignore[arg-type]
                 if span < exc.at:  # the whole frames before the bad one still go out
                     out.append(mv[span : exc.at])
                 self._fail(out, exc.reason, exc.detail)
                 return n
-            _tell(observer, done)
+            if done:
+                _tell(observer, done)  # type: ignore[arg-type]
             if why == DONE:
                 continue
             size, correlation_id = RESPONSE_HEAD.unpack_from(mv, pos)  # within bounds
