@@ -239,6 +239,19 @@ def between(low: int, high: int, unit: str = "") -> Check:
     return check
 
 
+def parsed_by(parse: Callable[[Any], object]) -> Check:
+    """The value (when set) is one ``parse`` reads: its ValueError names the key."""
+
+    def check(key: str, value: Any) -> None:
+        if value is not None:
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise ConfigError(key, str(exc)) from None
+
+    return check
+
+
 def positive(key: str, value: Any) -> None:
     if not value > 0:  # "not >" also rejects NaN, which TOML allows
         raise ConfigError(key, f"must be > 0, got {value}")

@@ -9,23 +9,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from ..bridge.policy import parse_rule, read_rules_file
-from ._declare import ConfigError, Shape, setting
+from ._declare import Shape, parsed_by, setting
 
 Rules = Annotated[
     tuple[str, ...],
     Shape("a list of 'MATCH... -> bridge|refuse|cap LIMITS' rules", item_parse=parse_rule),
 ]
-
-
-def _rules_file(key: str, value: Any) -> None:
-    if value is not None:
-        try:
-            read_rules_file(value)
-        except ValueError as exc:
-            raise ConfigError(key, str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -53,7 +45,7 @@ class Bridge:
         None,
         table="bridge",
         name="policy_file",
-        check=_rules_file,
+        check=parsed_by(read_rules_file),
         example="/etc/kafka-gateway/bridge-policy.txt",
         see="operations.md#live-reload-sighup",
         why="more rules, one a line, read again on SIGHUP (a file that does not load keeps "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..protocol import DEFAULT_MAX_FRAME_BYTES
-from ._declare import ConfigError, at_least, between, setting
+from ._declare import at_least, between, parsed_by, setting
 
 # Kafka's default for its connection caps and rate: Int.MaxValue, i.e. none.
 UNLIMITED = 2**31 - 1
@@ -24,13 +24,6 @@ def parse_ip_overrides(text: str) -> dict[str, int]:
             raise ValueError(f"expected host:count, got {item!r}")
         out[host.strip("[]")] = int(count)
     return out
-
-
-def _overrides(key: str, value: str) -> None:
-    try:
-        parse_ip_overrides(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -72,7 +65,7 @@ class Limits:
         "",
         flag="--max-connections-per-ip-overrides",
         metavar="HOST:N,...",
-        check=_overrides,
+        check=parsed_by(parse_ip_overrides),
         default_means="none",
         example="127.0.0.1:1000,10.0.0.7:50",
         why='"host:count,host:count" exceptions to max_connections_per_ip, as Kafka writes them',
