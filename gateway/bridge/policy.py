@@ -218,7 +218,12 @@ def decide(
     principal: str | None,
 ) -> str:
     """BRIDGE or REFUSE for a client (a capped client is bridged)."""
-    rule = matching(rules, software, client_id, principal)
+    return verdict(matching(rules, software, client_id, principal), enabled)
+
+
+def verdict(rule: Rule | None, enabled: bool) -> str:
+    """BRIDGE or REFUSE for a client whose first matching rule is ``rule`` (None: no rule
+    matched, ``enabled`` decides)."""
     if rule is None:
         return BRIDGE if enabled else REFUSE
     return REFUSE if rule.action == REFUSE else BRIDGE

@@ -113,21 +113,18 @@ def advertised(
         if name and version:
             software = (name, version)
     rule = policy.matching(rules, software, client_id, ctx.principal)
-    if rule is None:
-        action = policy.BRIDGE if config.bridge_old_clients else policy.REFUSE
-    else:
-        action = rule.action
-    if action == policy.REFUSE:
+    if policy.verdict(rule, config.bridge_old_clients) == policy.REFUSE:
         return ranges
     told = plan.widen(ranges, ctx.upstream_ranges) if old else ranges
-    if rule is None or action != policy.CAP:
+    if rule is None or rule.action != policy.CAP:
         return told
     ctx.gateway.metrics.bridge.capped.inc()
-    identity = ("capped", rule.describe_cap(), client_id)
+    cap = rule.describe_cap()
+    identity = ("capped", cap, client_id)
     if identity not in _logged:
         if len(_logged) < _LOGGED_MAX:
             _logged.add(identity)
-        limited.info("bridge.versions_capped", cap=rule.describe_cap(), **ctx.who())
+        limited.info("bridge.versions_capped", cap=cap, **ctx.who())
     return rule.capped(told)
 
 
