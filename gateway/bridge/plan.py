@@ -19,32 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from ..protocol import FETCH, PRODUCE, api_name
+from ..protocol import api_name
 from ..versions import VersionRange, removed_kip896
 from . import messages
-from .admin import ADMIN_APIS
-
-LIST_OFFSETS = 2
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-OFFSET_FOR_LEADER_EPOCH = 23
+from .convert import CONVERSIONS
 
 # The client APIs the bridge carries: every removed one but the inter-broker APIs (no
-# client sends them). The admin v0s (ACLs, configs, log dirs, delegation tokens) have
-# their rules in ``admin``.
-BRIDGED_APIS: tuple[int, ...] = (
-    PRODUCE,
-    FETCH,
-    LIST_OFFSETS,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
-    OFFSET_FOR_LEADER_EPOCH,
-    *ADMIN_APIS,
-)
+# client sends them), each declared in its module of ``gateway.bridge.apis``.
+BRIDGED_APIS: tuple[int, ...] = tuple(CONVERSIONS)
 
 
 @dataclass(frozen=True, slots=True)

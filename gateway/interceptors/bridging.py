@@ -2,11 +2,11 @@
 pass-through table held back, and what ApiVersions tells a client the bridge serves.
 
 A request at a version the upstream removed (``plan``) from a client the policy lets
-through (``policy``) is converted up (``convert``), sent upstream on the client's own
-connection as the gateway's own request (``Exchange.ask_upstream``: a negative
-correlation id, its answer handed here), and the answer, converted down, goes to the
-client in its turn with the client's correlation id. An acks=0 produce goes up
-unanswered. The connection itself only knows that ``dispatch`` held the request back.
+through (``policy``) is converted up (``convert``) and its verdict is to ask the upstream
+first (``AskUpstream``: the gateway's own request on the client's connection, a negative
+correlation id); the answer, converted down, is the client's, in its turn with its
+correlation id. An acks=0 produce goes up unanswered (``Forward(answered=False)``). The
+connection itself only knows that ``dispatch`` held the request back.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..protocol import RequestFrame, api_name, api_spec, response_header
 from ..versions import VersionRange
 from .api_versions import read_client_software
 from .context import Exchange
+from .filter import Answer, AskUpstream, Close, Forward, RequestVerdict
 
 limited = RateLimitedLogger("gateway.bridge")
 # Client identities already logged as bridged (bounded: past it, the rate limit alone).
@@ -128,25 +129,22 @@ def advertised(
     return rule.capped(told)
 
 
-def carry(ctx: Exchange, request: RequestFrame, body: memoryview) -> bool:
-    """Bridge a held-back request if it is at a removed version and the policy lets
-    this client through; False leaves it to be refused as Kafka would."""
+def carry(ctx: Exchange, request: RequestFrame, body: memoryview) -> RequestVerdict | None:
+    """The verdict for a held-back request at a version the upstream removed, from a
+    client the policy lets through; None leaves it to be refused as Kafka would."""
     header = request.header
     bridged = plan.plans(ctx.upstream_ranges).get(header.api_key)
     if bridged is None or not bridged.carries(header.api_version):
-        return False
+        return None
     if not serves(ctx, header.client_id):
-        return False
-    gw = ctx.gateway
-    metrics = gw.metrics.bridge
+        return None
+    metrics = ctx.gateway.metrics.bridge
     started = time.process_time()
     target = bridged.target
     try:
         up = request_up(header.api_key, header.api_version, target, body)
     except (ValueError, struct.error) as exc:  # Malformed, RecordsError, a value out of range
-        ctx.violation("client", "malformed_request", f"bridge: {exc}")
-        return True
-    entry = request.request
+        return Close("malformed_request", f"bridge: {exc}")
     name = api_name(header.api_key)
     metrics.requests.labels(name, str(header.api_version), str(target)).inc()
     _note(ctx, name, header.api_version, target, header.client_id)
@@ -154,36 +152,30 @@ def carry(ctx: Exchange, request: RequestFrame, body: memoryview) -> bool:
         frame = request_frame(
             header.api_key, target, header.correlation_id, up.body, header.client_id
         )
-        ctx.send_unanswered(entry, frame)
         metrics.cpu.inc(time.process_time() - started)
-        return True
+        return Forward(frame, answered=False)
     spec = api_spec(header.api_key)
     assert spec is not None  # a bridged key is one of Kafka's
     client_header = response_header(
         header.correlation_id, spec.response_header_version(header.api_version)
     )
 
-    def on_answer(payload: memoryview) -> None:
+    def down(payload: memoryview) -> Answer:
+        # An answer the bridge cannot bring down raises: the client could not read it
+        # either, and the connection closes (``AskUpstream``).
         began = time.process_time()
-        try:
-            answer = up.down(response_body(header.api_key, target, payload))
-        except (ValueError, KeyError, struct.error) as exc:
-            # An answer the bridge cannot bring down: the client cannot read it either.
-            ctx.rewrite_failed(entry, f"bridge: {exc!r}")
-            ctx.close()
-            return
+        answer = up.down(response_body(header.api_key, target, payload))
         if answer.headers_dropped:
             metrics.headers_dropped.inc(answer.headers_dropped)
-        ctx.answer(entry, client_header + answer.body)
         metrics.cpu.inc(time.process_time() - began)
+        return Answer(client_header + answer.body)
 
-    ctx.ask_upstream(
+    metrics.cpu.inc(time.process_time() - started)
+    return AskUpstream(
         header.api_key,
         lambda cid: (target, request_frame(header.api_key, target, cid, up.body, header.client_id)),
-        on_answer,
+        down,
     )
-    metrics.cpu.inc(time.process_time() - started)
-    return True
 
 
 def _note(ctx: Exchange, api: str, version: int, target: int, client_id: str | None) -> None:

@@ -5,23 +5,24 @@ declares what the gateway does with it once, as a ``Filter`` in its own module o
 ``gateway.interceptors.apis`` (Kroxylicious' model); ``gateway.interceptors.registry``
 collects them and derives the tables this module applies:
 
-* which keys this connection's requests must not forward (``answered_here``): it
-  leaves them, and versions outside the negotiated ranges, out of its pass-through
-  table, so a forwarded request costs one dict lookup by key and nothing else;
-* what to do with a request the table held back (``on_request``): the filter that
-  answers its key does (``Filter.answer``); one that observes it is shown it and the
-  request goes upstream as it came (``Filter.sees_request``); anything else is rejected
-  as Kafka would (``reject``: UNSUPPORTED_VERSION, or a close);
+* which keys this connection's requests must not forward (``held_back``): it leaves
+  them, and versions outside the negotiated ranges, out of its pass-through table, so
+  a forwarded request costs one dict lookup by key and nothing else;
+* what becomes of a request the table held back (``on_request``): the verdict of the
+  hook of the filter of its key (``Filter.on_request``), carried out by ``verdicts``; a
+  version no hook takes goes to the bridge (``bridging``) or is rejected as Kafka would
+  (``reject``: UNSUPPORTED_VERSION, or a close);
 * how to rewrite a response whose key asked for it (``intercepts_response``,
   ``stream_policy`` and ``rewrite_frame``/``rewrite_head``/``rewrite_tail``): broker
-  addresses (``addresses``, by the filter's mode) and what a filter adds after them
-  (``Filter.after_rewrite``);
+  addresses (``addresses``, by the filter's mode), then the verdict of the filter's
+  response hook (``Filter.on_response``);
 * what the compiled lane may forward, walk or head-replace itself (``REWRITTEN_FROM``,
   ``lane_walks``, ``lane_heads``, ``LAST_HEADS``).
 
-Each hook is a plain function of an ``Exchange`` (``gateway.interceptors.context``); the
-byte-level work stays in the sans-I/O module of its API. To intercept another API: one
-new module in ``gateway.interceptors.apis``.
+Each hook is a plain function of an ``Exchange`` (``gateway.interceptors.context``) that
+returns a verdict (``gateway.interceptors.filter``); the byte-level work stays in the
+sans-I/O module of its API. To intercept another API: one new module in
+``gateway.interceptors.apis``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..protocol import (
     API_VERSIONS,
     HeadFinder,
     InFlightRequest,
+    Malformed,
     RequestFrame,
     ResponseFrame,
     ResponseHead,
@@ -57,7 +59,9 @@ from . import addresses, registry
 from . import bridging as bridge
 from . import upstream as internal
 from .context import Exchange, GatewayView
+from .filter import AS_IT_CAME, Close, Forward, RequestHook, RequestVerdict
 from .reject import reject
+from .verdicts import carry_out
 
 # The connection's logger names: these lines were the connection's and keep their name.
 log = get_logger("gateway.proxy")
@@ -118,64 +122,63 @@ def warm_up() -> None:
                 tail_program(api_key, version)
 
 
-def answered_here(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
-    """API keys a connection to an upstream with these ranges never forwards."""
-    return [
-        key for key, declared in registry.REQUESTS.items() if declared.answers_when(gw, upstream)
-    ]
-
-
 def held_back(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
     """API keys whose requests a connection to an upstream with these ranges hands to
-    the interceptors (``on_request``) instead of forwarding them after one lookup: the
-    keys answered here and the observed ones."""
-    return answered_here(gw, upstream) + list(registry.SEES_REQUESTS)
+    the interceptors (``on_request``) instead of forwarding them after one lookup."""
+    return [key for key, hooked in registry.REQUESTS.items() if hooked.requests_when(gw, upstream)]
 
 
 def served_for_upstream(gw: GatewayView, upstream: dict[int, VersionRange]) -> list[int]:
     """API keys the gateway serves whatever the upstream's versions (see ``replaces_upstream``)."""
     return [
         key
-        for key, declared in registry.REQUESTS.items()
-        if declared.replaces_upstream and declared.answers_when(gw, upstream)
+        for key, hooked in registry.REQUESTS.items()
+        if hooked.replaces_upstream and hooked.requests_when(gw, upstream)
     ]
 
 
 def on_request(ctx: Exchange, request: RequestFrame) -> None:
-    """A request the connection's pass-through table held back: answer it locally."""
+    """A request the connection's pass-through table held back: its filter's hook
+    decides what becomes of it; at a version none takes, the bridge or a rejection."""
     header = request.header
     body = memoryview(request.frame)[4 + header.body_offset :]
     if ctx.info is not None and header.client_id is not None:
         ctx.info.client_id = header.client_id
     assert ctx.ranges is not None
-    sees = registry.SEES_REQUESTS.get(header.api_key)
-    if sees is not None:
+    hooked = registry.REQUESTS.get(header.api_key)
+    if hooked is not None:
+        assert hooked.on_request is not None  # the registry's REQUESTS all have one
         allowed = ctx.ranges.get(header.api_key)
-        if allowed is not None and allowed[0] <= header.api_version <= allowed[1]:
-            try:
-                sees(ctx, request, body)
-            except Exception as exc:  # a bug must not cost the client its request
-                # The type only: the message of an error about a token may quote it.
-                limited.error(
-                    "request.observer_failed",
-                    api=api_name(header.api_key),
-                    error=type(exc).__name__,
-                    **ctx.who(),
-                )
-            ctx.forward(request)
-            return
-    declared = registry.REQUESTS.get(header.api_key)
-    if declared is not None:
-        assert declared.answer is not None  # the registry's REQUESTS all answer
-        allowed = ctx.ranges.get(header.api_key)
-        if declared.any_version or (
+        if hooked.any_version or (
             allowed is not None and allowed[0] <= header.api_version <= allowed[1]
         ):
-            declared.answer(ctx, request, body)
+            if hooked.observes:
+                verdict = _observe(ctx, hooked.on_request, request, body)
+            else:
+                verdict = hooked.on_request(ctx, request, body)
+            carry_out(ctx, request, verdict)
             return
-    if bridge.carry(ctx, request, body):  # a version the upstream removed (KIP-896)
-        return
-    reject(ctx, request, body)
+    # A version the upstream removed (KIP-896) for a client the policy lets through;
+    # else refused as Kafka would.
+    verdict = bridge.carry(ctx, request, body) or reject(ctx, request, body)
+    carry_out(ctx, request, verdict)
+
+
+def _observe(
+    ctx: Exchange, hook: RequestHook, request: RequestFrame, body: memoryview
+) -> RequestVerdict:
+    """An observed request's verdict; a hook that fails lets it pass as it came."""
+    try:
+        return hook(ctx, request, body)
+    except Exception as exc:  # a bug must not cost the client its request
+        # The type only: the message of an error about a token may quote it.
+        limited.error(
+            "request.observer_failed",
+            api=api_name(request.header.api_key),
+            error=type(exc).__name__,
+            **ctx.who(),
+        )
+        return AS_IT_CAME
 
 
 # -- requests outside what this connection may use -------------------------------------
@@ -301,32 +304,39 @@ def stream_policy(entry: InFlightRequest, size: int) -> TailFinder | HeadFinder 
     return addresses.head_finder(entry.api_key, entry.api_version)
 
 
-def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray:
-    """The client's copy of a whole intercepted response (the frame itself if unchanged)."""
+def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray | Close:
+    """The client's copy of a whole intercepted response (the frame itself if unchanged),
+    or ``Close`` where a response hook closes the connection."""
     entry = response.request
     payload = memoryview(response.frame)[4:]
-    sees = registry.SEES_RESPONSES.get(entry.api_key)
-    if sees is not None:  # an observer: the response goes out as it came
-        try:
-            sees(ctx, entry, payload)
-        except Exception as exc:  # as below; the type only, as in on_request
-            ctx.rewrite_failed(entry, type(exc).__name__)
-        return response.frame
+    hooked = registry.FILTERS[entry.api_key]  # only declared keys are intercepted
     spec = api_spec(entry.api_key)
-    assert spec is not None  # only known keys are intercepted
+    assert spec is not None
     try:
-        offset = response_body_offset(payload, spec.response_header_version(entry.api_version))
+        try:
+            offset = response_body_offset(payload, spec.response_header_version(entry.api_version))
+        except Malformed:
+            if not hooked.observes:
+                raise
+            # An observer still learns that an answer came (one it cannot read).
+            offset = len(payload)
         original = payload[offset:]
-        body = addresses.rewrite_response(
-            entry.api_key, entry.api_version, original, ctx.gateway.router
-        )
-        extra = registry.RESPONSE_EXTRAS.get(entry.api_key)
-        if extra is not None:
-            body = extra(ctx, entry.api_version, bytes(body))
-        elif body is original:
+        body: bytes | memoryview = original
+        if not hooked.observes:
+            body = addresses.rewrite_response(
+                entry.api_key, entry.api_version, original, ctx.gateway.router
+            )
+        if hooked.on_response is not None:
+            match hooked.on_response(ctx, entry, memoryview(body)):
+                case Close() as closing:
+                    return closing
+                case Forward(data=bytes() as data):
+                    body = data
+        if body is original:
             return response.frame  # unchanged: no copy of a possibly large fetch
     except Exception as exc:  # a broker bug must not cost the client its response
-        ctx.rewrite_failed(entry, repr(exc))
+        # An observer's: the type only, as in ``_observe``.
+        ctx.rewrite_failed(entry, type(exc).__name__ if hooked.observes else repr(exc))
         return response.frame
     return frame(bytes(payload[:offset]) + body)
 

@@ -2,44 +2,116 @@
 
 A filter says, once, what the gateway does with its API beyond forwarding it opaque:
 
+* its **requests**: a hook (``on_request``) shown each request the connection holds
+  back for it, which returns what becomes of it (below); on which connections they are
+  held back (``requests_when``), for which versions (the negotiated ones, or every one
+  with ``any_version``), and whether the gateway then serves the API whatever versions
+  the upstream offers (``replaces_upstream``). A held-back request no hook takes is
+  rejected as Kafka would (``reject``);
 * its **responses**: from which version they are rewritten (``rewritten_from``) and
   which part of them holds the broker endpoints (``mode``), which decides how the
   response travels through the gateway: gathered whole, its head held back while the
   bulk streams (``Mode.HEAD``), or, from ``stream_tail_from`` bytes on, streamed with
-  only its tagged section held back (``Mode.TAIL``); ``after_rewrite`` adds to a whole
-  rewritten body what the address rewrite does not (DescribeCluster's KIP-885 tags);
-* its **requests**: whether the gateway answers them itself (``answer``), on which
-  connections (``answers_when``), for which versions (the negotiated ones, or every
-  one with ``any_version``), and whether it then serves the API whatever versions the
-  upstream offers (``replaces_upstream``). A held-back request no filter answers is
-  rejected as Kafka would (``reject``);
-* what it **observes**: requests held back only to be shown to a hook
-  (``sees_request``) and then forwarded exactly as they came, and responses gathered
-  whole only to be shown to one (``sees_response``) and forwarded as they came
-  (SaslAuthenticate: who logged in). Their versions are not capped to the codec.
+  only its tagged section held back (``Mode.TAIL``); a hook (``on_response``) shown a
+  whole response's body after the address rewrite, which returns what the client gets;
+* whether it only **observes** (``observes``): its frames are not decoded with the
+  codec (so their versions are not capped to it), responses are shown to
+  ``on_response`` from the first version on, and a hook that fails lets the frame pass
+  as it came (SaslAuthenticate: who logged in).
 
-The declarations live one module per API in ``gateway.interceptors.apis``; the registry
-(``gateway.interceptors.registry``) collects them and derives every table the runtime
-uses.
+What a hook returns is a verdict, never an action taken behind the connection's back:
+
+* a request: ``Forward`` (as it came, or another frame in its place), ``Answer`` (here,
+  in the client's order), ``Close`` (as Kafka closes on a request it will not serve),
+  ``AskUpstream`` (the gateway's own request first; its answer decides) or ``Later`` (a
+  coroutine decides: an answer that waits on ZooKeeper);
+* a response: ``Forward`` (as it came, or another body) or ``Close`` (counted as a
+  protocol violation by the upstream, whose answer it was; the responses before it
+  still reach the client).
+
+``gateway.interceptors.verdicts`` carries them out. The declarations live one module
+per API in ``gateway.interceptors.apis``; the registry (``gateway.interceptors.registry``)
+collects them and derives every table the runtime uses, what the lane must hold back
+and decode among them.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from ..protocol import InFlightRequest, RequestFrame
 from ..versions import VersionRange
 from .context import Exchange, GatewayView
 
-# Answers a request the gateway handles itself: (connection, request, request body).
-RequestHook = Callable[[Exchange, RequestFrame, memoryview], None]
-# After the address rewrite of a whole response body: (connection, version, body) → body.
-ResponseHook = Callable[[Exchange, int, bytes], bytes]
-# Shown a response that passes unchanged: (connection, the request it answers, payload).
-ResponseObserver = Callable[[Exchange, InFlightRequest, memoryview], None]
-# Whether a connection to an upstream with these ranges has its requests answered here.
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send it on, as it came (``data`` None) or changed. A request goes upstream,
+    ``data`` a whole frame in its place that keeps its API key, version and correlation
+    id (its answer is the broker's, in the client's turn); with ``answered`` False, one
+    Kafka does not answer (an acks=0 produce), and the client awaits nothing. A response
+    goes to the client, ``data`` the body after its response header."""
+
+    data: bytes | None = None
+    answered: bool = True
+
+
+# A request or response sent on unchanged: the commonest verdict, made once.
+AS_IT_CAME = Forward()
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the request here: ``payload`` is the whole response after the length
+    prefix (header and body), sent in the client's order."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the connection. With a ``reason``, logged and counted as a protocol
+    violation by ``side``; without one the hook has said why itself (a rejection is
+    logged and counted as one)."""
+
+    reason: str | None = None
+    detail: str = ""
+    side: str = "client"
+
+
+@dataclass(frozen=True, slots=True)
+class AskUpstream:
+    """Send the gateway's own request upstream first, on the client's connection:
+    ``build(correlation_id)`` gives (version, whole frame), and ``then`` turns its
+    answer (the payload after the length prefix) into the request's verdict. A ``then``
+    that raises closes the connection: the answer it could not read is logged as a
+    response that could not be rewritten."""
+
+    api_key: int
+    build: Callable[[int], tuple[int, bytes]]
+    then: Callable[[memoryview], RequestVerdict]
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """The verdict comes from ``work``, run on the connection's loop (an answer that
+    waits on ZooKeeper); nothing is sent if the connection closed meanwhile."""
+
+    work: Coroutine[Any, Any, RequestVerdict]
+
+
+RequestVerdict = Forward | Answer | Close | AskUpstream | Later
+ResponseVerdict = Forward | Close
+
+# Shown a held-back request: (connection, request, its body) → what becomes of it.
+RequestHook = Callable[[Exchange, RequestFrame, memoryview], RequestVerdict]
+# Shown a whole response: (connection, the request it answers, its body: after the
+# address rewrite where the filter rewrites) → what the client gets.
+ResponseHook = Callable[[Exchange, InFlightRequest, memoryview], ResponseVerdict]
+# Whether a connection to an upstream with these ranges holds this API's requests back.
 Applies = Callable[[GatewayView, dict[int, VersionRange]], bool]
 
 
@@ -63,6 +135,15 @@ def always(gw: GatewayView, upstream: dict[int, VersionRange]) -> bool:
 @dataclass(frozen=True, slots=True)
 class Filter:
     api_key: int
+    # -- requests ----------------------------------------------------------------------
+    on_request: RequestHook | None = None
+    requests_when: Applies = always
+    # Every version reaches ``on_request`` (ApiVersions answers versions it lacks
+    # itself, as KIP-511 asks); otherwise only negotiated versions do, the rest are
+    # rejected.
+    any_version: bool = False
+    # The upstream does not limit the versions: the gateway serves the API for it.
+    replaces_upstream: bool = False
     # -- responses ---------------------------------------------------------------------
     # The first version whose response is rewritten; None: responses pass untouched.
     rewritten_from: int | None = None
@@ -70,31 +151,22 @@ class Filter:
     # Mode.TAIL: responses from this size on stream through, only their tagged section
     # held back; smaller ones are gathered whole (None: always gathered whole).
     stream_tail_from: int | None = None
-    after_rewrite: ResponseHook | None = None
-    # -- requests ----------------------------------------------------------------------
-    answer: RequestHook | None = None
-    answers_when: Applies = always
-    # Every version reaches ``answer`` (ApiVersions answers versions it lacks itself, as
-    # KIP-511 asks); otherwise only negotiated versions do and the rest are rejected.
-    any_version: bool = False
-    # The upstream does not limit the versions: the gateway serves the API for it.
-    replaces_upstream: bool = False
-    # -- observed (the bytes pass unchanged) -------------------------------------------
-    # Shown each negotiated version's request, which is then forwarded as it came.
-    sees_request: RequestHook | None = None
-    # Shown each response, gathered whole, which then goes to the client as it came.
-    sees_response: ResponseObserver | None = None
+    on_response: ResponseHook | None = None
+    # -- only looks (see the module docstring) -----------------------------------------
+    observes: bool = False
 
     def __post_init__(self) -> None:
+        key = f"api key {self.api_key}"
         rewrites = self.rewritten_from is not None
-        if not rewrites and (self.mode is not Mode.WHOLE or self.after_rewrite is not None):
-            raise ValueError(f"api key {self.api_key}: a response mode needs rewritten_from")
+        if not rewrites and self.mode is not Mode.WHOLE:
+            raise ValueError(f"{key}: a response mode needs rewritten_from")
+        if self.on_response is not None and not (rewrites or self.observes):
+            raise ValueError(f"{key}: on_response needs rewritten_from (or observes)")
         if self.stream_tail_from is not None and self.mode is not Mode.TAIL:
-            raise ValueError(f"api key {self.api_key}: stream_tail_from needs Mode.TAIL")
-        if self.answer is None and (self.any_version or self.replaces_upstream):
-            raise ValueError(f"api key {self.api_key}: request options need an answer hook")
-        observes = self.sees_request is not None or self.sees_response is not None
-        if observes and (rewrites or self.answer is not None):
-            raise ValueError(f"api key {self.api_key}: an observed API is not also changed")
-        if not rewrites and self.answer is None and not observes:
-            raise ValueError(f"api key {self.api_key}: the filter intercepts nothing")
+            raise ValueError(f"{key}: stream_tail_from needs Mode.TAIL")
+        if self.on_request is None and (self.any_version or self.replaces_upstream):
+            raise ValueError(f"{key}: request options need an on_request hook")
+        if self.observes and (rewrites or self.any_version or self.replaces_upstream):
+            raise ValueError(f"{key}: an observed API is not also changed")
+        if self.on_request is None and self.on_response is None and not rewrites:
+            raise ValueError(f"{key}: the filter intercepts nothing")

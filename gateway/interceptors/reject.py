@@ -16,6 +16,7 @@ from ..features.catalogue import required_level
 from ..observability.logging import RateLimitedLogger
 from ..protocol import RequestFrame, api_spec, has_schema
 from .context import Exchange
+from .filter import Answer, Close
 from .unsupported import unsupported_version_response
 
 # Lines about bad input, which a client can trigger once per frame (named as the
@@ -23,9 +24,10 @@ from .unsupported import unsupported_version_response
 limited = RateLimitedLogger("gateway.proxy")
 
 
-def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
+def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> Answer | Close:
     """A key or version this connection may not use: UNSUPPORTED_VERSION in the
-    request's own schema, or a close where Kafka closes (a request it cannot parse)."""
+    request's own schema, or a close where Kafka closes (a request it cannot parse);
+    counted and logged here."""
     header = request.header
     assert ctx.ranges is not None
     metrics = ctx.gateway.metrics
@@ -62,9 +64,8 @@ def reject(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
     )
     if payload is None:
         # Kafka closes on a request it cannot parse; so does the gateway.
-        ctx.close()
-        return
-    ctx.answer(request.request, payload)
+        return Close()
+    return Answer(payload)
 
 
 def gated_by(ctx: Exchange, api_key: int, version: int) -> tuple[str, int] | None:

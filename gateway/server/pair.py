@@ -234,7 +234,11 @@ class Pair:
     def _response_frame(self, item: ResponseFrame, out: Out) -> bool:
         handler = item.request.context
         if handler is None:
-            out.append(dispatch.rewrite_frame(self.exchange, item))
+            rewritten = dispatch.rewrite_frame(self.exchange, item)
+            if type(rewritten) is dispatch.Close:  # a response hook's verdict: the upstream's doing
+                why = ProtocolViolation(rewritten.reason or "closed_by_filter", rewritten.detail)
+                return self._upstream_violation(why, out)
+            out.append(rewritten)  # type: ignore[arg-type]
         else:
             # A handler may answer the client itself: what came before goes first.
             write_all(self.client, out)

@@ -12,7 +12,7 @@ from ...protocol import API_VERSIONS, RequestFrame
 from ..api_versions import answer_api_versions
 from ..bridging import advertised
 from ..context import Exchange
-from ..filter import Filter
+from ..filter import Answer, Filter
 
 # The connection's logger names: these lines were the connection's and keep their name.
 log = get_logger("gateway.proxy")
@@ -32,7 +32,7 @@ def misreads_tagged_fields(name: str, version: str) -> bool:
     return (major, minor) < (2, 1)
 
 
-def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
+def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> Answer:
     header = request.header
     assert ctx.ranges is not None
     gw = ctx.gateway
@@ -78,7 +78,7 @@ def answer_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> No
         gw.metrics.refused(
             "unsupported_version", ctx.listener, ctx.info, header.api_key, header.api_version
         )
-    ctx.answer(request.request, answer.payload)
+    return Answer(answer.payload)
 
 
-FILTER = Filter(API_VERSIONS, answer=answer_request, any_version=True)
+FILTER = Filter(API_VERSIONS, on_request=answer_request, any_version=True)

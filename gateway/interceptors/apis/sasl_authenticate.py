@@ -13,42 +13,40 @@ from ...protocol import (
     InFlightRequest,
     Malformed,
     RequestFrame,
-    api_spec,
     authenticate_result,
     authenticate_token,
-    response_body_offset,
 )
 from ..context import Exchange
-from ..filter import Filter
+from ..filter import AS_IT_CAME, Filter, Forward
 
 # What an answer that cannot be read counts as: a refusal (no principal from it).
 UNREADABLE = -1
 
 
-def sees_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
+def sees_request(ctx: Exchange, request: RequestFrame, body: memoryview) -> Forward:
     login = ctx.sasl_login
     if login is None:  # no SaslHandshake before it: the broker refuses it
-        return
+        return AS_IT_CAME
     try:
         token = authenticate_token(request.header.api_version, body)
     except Malformed:
-        login.client_token(None)
-        return
+        token = None
     login.client_token(token)
+    return AS_IT_CAME
 
 
-def sees_response(ctx: Exchange, entry: InFlightRequest, payload: memoryview) -> None:
+def sees_response(ctx: Exchange, entry: InFlightRequest, body: memoryview) -> Forward:
     login = ctx.sasl_login
     if login is None:
-        return
-    spec = api_spec(SASL_AUTHENTICATE)
-    assert spec is not None
+        return AS_IT_CAME
     try:
-        offset = response_body_offset(payload, spec.response_header_version(entry.api_version))
-        error_code, size = authenticate_result(entry.api_version, payload[offset:])
+        error_code, size = authenticate_result(entry.api_version, body)
     except Malformed:
         error_code, size = UNREADABLE, 0
     login.server_token(error_code, size)
+    return AS_IT_CAME
 
 
-FILTER = Filter(SASL_AUTHENTICATE, sees_request=sees_request, sees_response=sees_response)
+FILTER = Filter(
+    SASL_AUTHENTICATE, on_request=sees_request, on_response=sees_response, observes=True
+)

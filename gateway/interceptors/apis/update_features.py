@@ -23,7 +23,7 @@ from ...principal import ANONYMOUS
 from ...protocol import UPDATE_FEATURES, RequestFrame
 from ...versions import VersionRange
 from ..context import Exchange, GatewayView
-from ..filter import Filter
+from ..filter import Answer, Filter, Later
 from ..update_features import parse_update_features, update_features_response
 
 # Lines about bad input, which a client can trigger once per frame (named as the
@@ -31,9 +31,8 @@ from ..update_features import parse_update_features, update_features_response
 limited = RateLimitedLogger("gateway.proxy")
 
 
-def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> None:
+def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> Answer | Later:
     header = request.header
-    entry = request.request
     gw = ctx.gateway
     try:
         parsed = parse_update_features(header.api_version, body)
@@ -42,8 +41,7 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         payload = update_features_response(
             header, [], error_code=INVALID_REQUEST, error_message=str(exc)
         )
-        ctx.answer(entry, payload)
-        return
+        return Answer(payload)
     refusal = update_features_refusal(ctx)
     if refusal is not None:
         gw.metrics.refused(
@@ -62,8 +60,7 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         payload = update_features_response(
             header, results, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=message
         )
-        ctx.answer(entry, payload)
-        return
+        return Answer(payload)
     message = cluster_refusal(ctx, parsed.updates)
     if message is not None:
         limited.info("request.update_features_cluster_refused", why=message, **ctx.who())
@@ -71,10 +68,9 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
         payload = update_features_response(
             header, results, error_code=INVALID_REQUEST, error_message=message
         )
-        ctx.answer(entry, payload)
-        return
+        return Answer(payload)
 
-    async def run() -> None:
+    async def run() -> Answer:
         results, error_code, message = await gw.features.apply_updates(
             parsed.updates,
             validate_only=parsed.validate_only,
@@ -86,13 +82,12 @@ def update_features(ctx: Exchange, request: RequestFrame, body: memoryview) -> N
                 "via": "UpdateFeatures",
             },
         )
-        if not ctx.closed:
-            payload = update_features_response(
-                header, results, error_code=error_code, error_message=message
-            )
-            ctx.answer(entry, payload)
+        payload = update_features_response(
+            header, results, error_code=error_code, error_message=message
+        )
+        return Answer(payload)
 
-    ctx.spawn(run())
+    return Later(run())
 
 
 def cluster_refusal(ctx: Exchange, updates: Sequence[FeatureUpdate]) -> str | None:
@@ -167,5 +162,8 @@ def features_gated(gw: GatewayView, upstream: dict[int, VersionRange]) -> bool:
 
 
 FILTER = Filter(
-    UPDATE_FEATURES, answer=update_features, answers_when=features_gated, replaces_upstream=True
+    UPDATE_FEATURES,
+    on_request=update_features,
+    requests_when=features_gated,
+    replaces_upstream=True,
 )

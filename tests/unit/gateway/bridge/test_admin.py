@@ -7,10 +7,12 @@ import random
 
 import pytest
 
-from gateway.bridge import admin, plan
+from gateway.bridge import plan
+from gateway.bridge.apis.describe_acls import LITERAL
+from gateway.bridge.apis.describe_configs import DEFAULT_CONFIG
 from gateway.bridge.convert import request_up, response_down
 from gateway.bridge.messages import decode, encode, schema
-from gateway.protocol import api_name
+from gateway.protocol import api_key_of, api_name
 from gateway.versions import release_tracks
 from tests.unit.gateway.bridge.test_messages import _random
 
@@ -21,7 +23,28 @@ PREFIXED = 4
 SOURCES = range(-1, 7)
 
 
-@pytest.mark.parametrize("key", admin.ADMIN_APIS, ids=api_name)
+def keys(*names: str) -> list[int]:
+    found = [api_key_of(name) for name in names]
+    assert None not in found
+    return found  # type: ignore[return-value]
+
+
+# The admin APIs whose v0 Kafka 4.0 removed (AlterConfigs v0 it kept).
+TOKENS_AND_LOG_DIRS = keys(
+    "AlterReplicaLogDirs",
+    "DescribeLogDirs",
+    "CreateDelegationToken",
+    "RenewDelegationToken",
+    "ExpireDelegationToken",
+    "DescribeDelegationToken",
+)
+ADMIN_APIS = (
+    keys("DescribeAcls", "CreateAcls", "DeleteAcls", "DescribeConfigs") + TOKENS_AND_LOG_DIRS
+)
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = ADMIN_APIS[:4]
+
+
+@pytest.mark.parametrize("key", ADMIN_APIS, ids=api_name)
 def test_kafka_4_4_gets_each_admin_v0_as_v1(key: int) -> None:
     assert plan.removed()[key] == (0, 0)
     assert plan.plans(KAFKA_44)[key] == plan.Bridged(0, 1)
@@ -32,18 +55,7 @@ def test_alter_configs_v0_is_not_bridged_kafka_4_kept_it() -> None:
     assert KAFKA_44[33][0] == 0 and 33 not in plan.plans(KAFKA_44)
 
 
-@pytest.mark.parametrize(
-    "key",
-    [
-        admin.ALTER_REPLICA_LOG_DIRS,
-        admin.DESCRIBE_LOG_DIRS,
-        admin.CREATE_DELEGATION_TOKEN,
-        admin.RENEW_DELEGATION_TOKEN,
-        admin.EXPIRE_DELEGATION_TOKEN,
-        admin.DESCRIBE_DELEGATION_TOKEN,
-    ],
-    ids=api_name,
-)
+@pytest.mark.parametrize("key", TOKENS_AND_LOG_DIRS, ids=api_name)
 def test_log_dir_and_token_v1s_are_v0_again_both_ways(key: int) -> None:
     name = api_name(key)
     rng = random.Random(name)
@@ -68,8 +80,8 @@ def _filter(**extra: object) -> dict[str, object]:
 
 
 def test_describe_acls_v0_asks_for_literal_patterns() -> None:
-    up = request_up(admin.DESCRIBE_ACLS, 0, 1, encode("DescribeAclsRequest", 0, _filter()))
-    assert decode("DescribeAclsRequest", 1, up.body) == _filter(PatternTypeFilter=admin.LITERAL)
+    up = request_up(DESCRIBE_ACLS, 0, 1, encode("DescribeAclsRequest", 0, _filter()))
+    assert decode("DescribeAclsRequest", 1, up.body) == _filter(PatternTypeFilter=LITERAL)
 
 
 def _acl_resource(name: str, pattern: int) -> dict[str, object]:
@@ -82,9 +94,9 @@ def test_describe_acls_v0_answers_leave_out_what_v0_cannot_say() -> None:
         "ThrottleTimeMs": 7,
         "ErrorCode": 0,
         "ErrorMessage": None,
-        "Resources": [_acl_resource("orders", admin.LITERAL), _acl_resource("ord", PREFIXED)],
+        "Resources": [_acl_resource("orders", LITERAL), _acl_resource("ord", PREFIXED)],
     }
-    down = response_down(admin.DESCRIBE_ACLS, 1, 0, encode("DescribeAclsResponse", 1, answer))
+    down = response_down(DESCRIBE_ACLS, 1, 0, encode("DescribeAclsResponse", 1, answer))
     got = decode("DescribeAclsResponse", 0, down.body)
     assert got["ThrottleTimeMs"] == 7
     assert [r["ResourceName"] for r in got["Resources"]] == ["orders"]
@@ -99,7 +111,7 @@ def test_describe_acls_error_crosses_intact() -> None:
         "ErrorMessage": "No Authorizer",
         "Resources": [],
     }
-    down = response_down(admin.DESCRIBE_ACLS, 1, 0, encode("DescribeAclsResponse", 1, answer))
+    down = response_down(DESCRIBE_ACLS, 1, 0, encode("DescribeAclsResponse", 1, answer))
     assert decode("DescribeAclsResponse", 0, down.body) == answer
 
 
@@ -113,16 +125,16 @@ def test_create_acls_v0_creates_literal_patterns() -> None:
         "PermissionType": 3,
     }
     body = encode("CreateAclsRequest", 0, {"Creations": [creation]})
-    up = request_up(admin.CREATE_ACLS, 0, 1, body)
+    up = request_up(CREATE_ACLS, 0, 1, body)
     (sent,) = decode("CreateAclsRequest", 1, up.body)["Creations"]
-    assert sent == {**creation, "ResourcePatternType": admin.LITERAL}
+    assert sent == {**creation, "ResourcePatternType": LITERAL}
 
 
 def test_delete_acls_v0_deletes_literal_patterns_and_reports_only_those() -> None:
     body = encode("DeleteAclsRequest", 0, {"Filters": [_filter(), _filter(HostFilter=None)]})
-    up = request_up(admin.DELETE_ACLS, 0, 1, body)
+    up = request_up(DELETE_ACLS, 0, 1, body)
     filters = decode("DeleteAclsRequest", 1, up.body)["Filters"]
-    assert [f["PatternTypeFilter"] for f in filters] == [admin.LITERAL, admin.LITERAL]
+    assert [f["PatternTypeFilter"] for f in filters] == [LITERAL, LITERAL]
     assert filters[1]["HostFilter"] is None
 
     def matching(name: str, pattern: int) -> dict[str, object]:
@@ -144,12 +156,12 @@ def test_delete_acls_v0_deletes_literal_patterns_and_reports_only_those() -> Non
             {
                 "ErrorCode": 0,
                 "ErrorMessage": None,
-                "MatchingAcls": [matching("a", admin.LITERAL), matching("b", PREFIXED)],
+                "MatchingAcls": [matching("a", LITERAL), matching("b", PREFIXED)],
             },
             {"ErrorCode": 0, "ErrorMessage": None, "MatchingAcls": []},
         ],
     }
-    down = response_down(admin.DELETE_ACLS, 1, 0, encode("DeleteAclsResponse", 1, answer))
+    down = response_down(DELETE_ACLS, 1, 0, encode("DeleteAclsResponse", 1, answer))
     results = decode("DeleteAclsResponse", 0, down.body)["FilterResults"]
     assert [[m["ResourceName"] for m in r["MatchingAcls"]] for r in results] == [["a"], []]
     assert "PatternType" not in results[0]["MatchingAcls"][0]
@@ -162,7 +174,7 @@ def test_describe_configs_v0_goes_up_without_synonyms() -> None:
             {"ResourceType": 4, "ResourceName": "1", "ConfigurationKeys": ["log.retention.ms"]},
         ]
     }
-    up = request_up(admin.DESCRIBE_CONFIGS, 0, 1, encode("DescribeConfigsRequest", 0, request))
+    up = request_up(DESCRIBE_CONFIGS, 0, 1, encode("DescribeConfigsRequest", 0, request))
     assert decode("DescribeConfigsRequest", 1, up.body) == {**request, "IncludeSynonyms": False}
 
 
@@ -190,10 +202,10 @@ def test_describe_configs_v0_is_default_is_the_default_config_source() -> None:
             }
         ],
     }
-    down = response_down(admin.DESCRIBE_CONFIGS, 1, 0, encode("DescribeConfigsResponse", 1, answer))
+    down = response_down(DESCRIBE_CONFIGS, 1, 0, encode("DescribeConfigsResponse", 1, answer))
     (result,) = decode("DescribeConfigsResponse", 0, down.body)["Results"]
     assert [(c["Name"], c["IsDefault"]) for c in result["Configs"]] == [
-        (f"c{s}", s == admin.DEFAULT_CONFIG) for s in SOURCES
+        (f"c{s}", s == DEFAULT_CONFIG) for s in SOURCES
     ]
     for got, sent in zip(result["Configs"], configs, strict=True):
         assert (got["Value"], got["ReadOnly"], got["IsSensitive"]) == (

@@ -18,6 +18,7 @@ from gateway.bridge.messages import decode, encode
 from gateway.client_info import ClientInfo
 from gateway.config import Config
 from gateway.interceptors import bridging as hook
+from gateway.interceptors.verdicts import carry_out
 from gateway.kafka_client import request_frame
 from gateway.observability.metrics import Metrics
 from gateway.protocol import InFlight, RequestFrame, parse_request_header
@@ -69,6 +70,15 @@ class FakeExchange:
         return {"peer": "peer"}
 
 
+def carry(ctx: FakeExchange, request: RequestFrame, body: memoryview) -> bool:
+    """The bridge's verdict, carried out on ``ctx`` as the connection would; whether it
+    took the request."""
+    verdict = hook.carry(ctx, request, body)
+    if verdict is not None:
+        carry_out(ctx, request, verdict)  # type: ignore[arg-type]
+    return verdict is not None
+
+
 def _request(frame: bytes) -> tuple[RequestFrame, memoryview]:
     header = parse_request_header(memoryview(frame)[4:])
     entry = InFlight().add(header.api_key, header.api_version, header.correlation_id, False)
@@ -99,7 +109,7 @@ def _produce(acks: int, client_id: str = "app") -> bytes:
 def test_a_produce_v2_goes_up_as_v3_and_its_answer_comes_back_as_v2() -> None:
     ctx = FakeExchange()
     request, body = _request(_produce(-1))
-    assert hook.carry(ctx, request, body)  # type: ignore[arg-type]
+    assert carry(ctx, request, body)
     ((version, sent),) = ctx.sent
     assert version == 3 and struct.unpack(">hhi", sent[4:12]) == (0, 3, -5)
     answer = encode(
@@ -119,7 +129,7 @@ def test_a_produce_v2_goes_up_as_v3_and_its_answer_comes_back_as_v2() -> None:
 def test_acks_0_goes_up_unanswered() -> None:
     ctx = FakeExchange()
     request, body = _request(_produce(0))
-    assert hook.carry(ctx, request, body)  # type: ignore[arg-type]
+    assert carry(ctx, request, body)
     assert not ctx.sent and len(ctx.unanswered) == 1
     assert struct.unpack(">hh", ctx.unanswered[0][4:8]) == (0, 3)
 
@@ -127,10 +137,10 @@ def test_acks_0_goes_up_unanswered() -> None:
 def test_the_policy_refuses_and_the_switch_turns_it_off() -> None:
     refusing = FakeExchange(Config(bridge_policy=("client_id=^legacy -> refuse",)))
     request, body = _request(_produce(-1, client_id="legacy-1"))
-    assert not hook.carry(refusing, request, body)  # type: ignore[arg-type]
+    assert not carry(refusing, request, body)
     off = FakeExchange(Config(bridge_old_clients=False))
     request, body = _request(_produce(-1))
-    assert not hook.carry(off, request, body)  # type: ignore[arg-type]
+    assert not carry(off, request, body)
     assert hook.advertised(off, off.ranges, 0, "app") is off.ranges  # type: ignore[arg-type]
 
 
@@ -147,10 +157,10 @@ def test_versions_the_upstream_accepts_are_not_bridged() -> None:
     ctx = FakeExchange()
     body = encode("ProduceRequest", 3, {"Acks": 1, "TimeoutMs": 1, "TopicData": []})
     request, view = _request(request_frame(0, 3, 1, body, "app"))
-    assert not hook.carry(ctx, request, view)  # type: ignore[arg-type]
+    assert not carry(ctx, request, view)
     ctx39 = FakeExchange(upstream_ranges={k: (0, v[1]) for k, v in KAFKA_44.items()})
     request, view = _request(_produce(-1))
-    assert not hook.carry(ctx39, request, view)  # type: ignore[arg-type]
+    assert not carry(ctx39, request, view)
 
 
 FUZZ = settings(
@@ -176,7 +186,7 @@ def test_mangled_requests_and_answers_close_the_connection_and_raise_nothing(dat
         request, body = _request(bytes(frame))
     except ValueError:
         return  # a header the reader refuses before the bridge sees it
-    carried = hook.carry(ctx, request, body)  # type: ignore[arg-type]
+    carried = carry(ctx, request, body)
     assert carried
     if ctx.violations:
         assert ctx.closed and not ctx.sent
@@ -228,7 +238,7 @@ def test_mangled_fetch_answers_close_the_connection_and_raise_nothing(data: Any)
     )
     ctx = FakeExchange()
     request, view = _request(request_frame(1, 2, 3, body, "app"))
-    assert hook.carry(ctx, request, view)  # type: ignore[arg-type]
+    assert carry(ctx, request, view)
     answer = bytearray(_fetch_answer())
     for _ in range(data.draw(st.integers(0, 4))):
         at = data.draw(st.integers(0, len(answer) - 1))
@@ -269,7 +279,7 @@ def test_a_capped_client_is_told_no_version_above_its_cap() -> None:
     assert metrics.capped._value.get() == 2
     # Capped and bridged: its Produce v2 goes up as v3 all the same.
     request, body = _request(_produce(-1, client_id="legacy-1"))
-    assert hook.carry(ctx, request, body)  # type: ignore[arg-type]
+    assert carry(ctx, request, body)
     assert [version for version, _ in ctx.sent] == [3]
 
 

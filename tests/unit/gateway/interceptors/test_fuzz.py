@@ -385,7 +385,6 @@ def _bridge_seeds() -> tuple[list[bytes], dict[tuple[int, int], list[bytes]]]:
 
 
 from gateway.bridge import plan as bridge_plan  # noqa: E402
-from gateway.interceptors import bridging as bridge  # noqa: E402
 
 BRIDGE_REQUESTS, BRIDGE_ANSWERS = _bridge_seeds()
 # Memory a bridged request and its answer may take, at most: a fixed allowance and a
@@ -411,7 +410,7 @@ def test_bridged_requests_and_their_answers_survive_malformed_bytes(
 ) -> None:
     import tracemalloc
 
-    from tests.unit.gateway.interceptors.test_bridging import FakeExchange
+    from tests.unit.gateway.interceptors.test_bridging import FakeExchange, carry
 
     reader = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME)  # the bomb's size
     items = feed(reader, chunked(data, cuts))
@@ -425,7 +424,7 @@ def test_bridged_requests_and_their_answers_survive_malformed_bytes(
         body = memoryview(item.frame)[4 + item.header.body_offset :]
         tracemalloc.start()
         try:
-            assert bridge.carry(ctx, item, body)  # type: ignore[arg-type]
+            assert carry(ctx, item, body)
             if ctx.violations:  # malformed: closed, as Kafka closes, and nothing sent
                 assert ctx.closed and not ctx.sent and not ctx.unanswered
                 continue
@@ -448,7 +447,7 @@ def test_a_bridged_gzip_bomb_is_refused_within_bounded_memory() -> None:
     """The seeds' bomb as sent: the bridge measures what it would inflate and closes."""
     import tracemalloc
 
-    from tests.unit.gateway.interceptors.test_bridging import FakeExchange
+    from tests.unit.gateway.interceptors.test_bridging import FakeExchange, carry
 
     bomb = BRIDGE_REQUESTS[-1]
     (item,) = RequestReader(InFlight(), _held_back, 4 * MAX_FRAME).feed(bomb)
@@ -457,7 +456,7 @@ def test_a_bridged_gzip_bomb_is_refused_within_bounded_memory() -> None:
     tracemalloc.start()
     try:
         body = memoryview(item.frame)[4 + item.header.body_offset :]
-        assert bridge.carry(ctx, item, body)  # type: ignore[arg-type]
+        assert carry(ctx, item, body)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

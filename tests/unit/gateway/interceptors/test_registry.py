@@ -45,9 +45,9 @@ def test_the_tables_are_what_the_modules_declare() -> None:
     assert rewritten == registry.REWRITTEN_FROM
     assert set(registry.HEAD_REWRITTEN) == {k for k, f in filters.items() if f.mode is Mode.HEAD}
     assert set(registry.TAIL_REWRITTEN) == {k for k, f in filters.items() if f.mode is Mode.TAIL}
-    assert dict(registry.REQUESTS) == {k: f for k, f in filters.items() if f.answer is not None}
-    assert dict(registry.RESPONSE_EXTRAS) == {
-        k: f.after_rewrite for k, f in filters.items() if f.after_rewrite is not None
+    assert dict(registry.REQUESTS) == {k: f for k, f in filters.items() if f.on_request is not None}
+    assert dict(registry.RESPONSE_HOOKS) == {
+        k: f.on_response for k, f in filters.items() if f.on_response is not None
     }
     # The runtime's names are the registry's tables, not copies of them.
     assert dispatch.REWRITTEN_FROM is registry.REWRITTEN_FROM
@@ -71,14 +71,19 @@ def test_what_the_gateway_intercepts_today() -> None:
     assert registry.HEAD_REWRITTEN == (METADATA,)
     assert registry.TAIL_REWRITTEN == (PRODUCE, FETCH)
     assert dict(registry.STREAMED_TAILS) == {FETCH: 64 * 1024}
-    assert set(registry.REQUESTS) == {API_VERSIONS, UPDATE_FEATURES, DESCRIBE_CLUSTER}
-    assert set(registry.RESPONSE_EXTRAS) == {DESCRIBE_CLUSTER}
+    assert set(registry.REQUESTS) == {
+        API_VERSIONS,
+        UPDATE_FEATURES,
+        DESCRIBE_CLUSTER,
+        SASL_AUTHENTICATE,
+    }
+    assert set(registry.RESPONSE_HOOKS) == {DESCRIBE_CLUSTER, SASL_AUTHENTICATE}
     assert registry.REQUESTS[API_VERSIONS].any_version
     served = {k for k, f in registry.REQUESTS.items() if f.replaces_upstream}
     assert served == {UPDATE_FEATURES, DESCRIBE_CLUSTER}
     # SaslAuthenticate is only observed (who logs in): held back, shown, passed on as it
     # came both ways, and neither decoded nor capped to the codec.
-    assert set(registry.SEES_REQUESTS) == set(registry.SEES_RESPONSES) == {SASL_AUTHENTICATE}
+    assert {k for k, f in registry.FILTERS.items() if f.observes} == {SASL_AUTHENTICATE}
     assert registry.RESPONSES_FROM == {**registry.REWRITTEN_FROM, SASL_AUTHENTICATE: 0}
     assert SASL_AUTHENTICATE not in registry.DECODED
     assert SASL_AUTHENTICATE not in dispatch.codec_limits()
@@ -89,9 +94,9 @@ def test_an_observed_api_is_not_also_changed() -> None:
         return None
 
     with pytest.raises(ValueError, match="not also changed"):
-        Filter(SASL_AUTHENTICATE, rewritten_from=0, sees_response=hook)
+        Filter(SASL_AUTHENTICATE, rewritten_from=0, on_response=hook, observes=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not also changed"):
-        Filter(SASL_AUTHENTICATE, answer=hook, sees_request=hook)
+        Filter(SASL_AUTHENTICATE, on_request=hook, any_version=True, observes=True)  # type: ignore[arg-type]
 
 
 def gateway_view(*, features: bool, synthesizes: bool) -> SimpleNamespace:
@@ -102,10 +107,9 @@ def gateway_view(*, features: bool, synthesizes: bool) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize(("features", "synthesizes"), [(False, False), (True, True)])
-def test_answered_here_follows_each_filters_condition(features: bool, synthesizes: bool) -> None:
+def test_held_back_follows_each_filters_condition(features: bool, synthesizes: bool) -> None:
     gw = gateway_view(features=features, synthesizes=synthesizes)
     conditional = {UPDATE_FEATURES, DESCRIBE_CLUSTER} if features else set()
-    assert set(dispatch.answered_here(gw, {})) == {API_VERSIONS} | conditional  # type: ignore[arg-type]
     assert set(dispatch.served_for_upstream(gw, {})) == conditional  # type: ignore[arg-type]
     held = set(dispatch.held_back(gw, {}))  # type: ignore[arg-type]
     assert held == {API_VERSIONS, SASL_AUTHENTICATE} | conditional
@@ -148,16 +152,34 @@ def test_a_new_api_is_one_new_module(package_root: Path) -> None:
 
                 FILTER = Filter(4242, rewritten_from=2, mode=Mode.TAIL, stream_tail_from=1024)
             """,
+            # Answered here from every version, its answer's body checked on the way out.
+            "hooked": """
+                from gateway.interceptors.filter import AS_IT_CAME, Answer, Filter
+
+                def answer(ctx, request, body):
+                    return Answer(b"")
+
+                def check(ctx, entry, body):
+                    return AS_IT_CAME
+
+                FILTER = Filter(
+                    4243, on_request=answer, any_version=True, rewritten_from=1, on_response=check
+                )
+            """,
             "_helpers": "NOT_AN_API = True\n",
         },
     )
     derived = registry.derive(registry.discover(importlib.import_module("more_apis")))
-    assert derived.rewritten_from == {PRODUCE: 10, METADATA: 0, 4242: 2}
+    assert derived.rewritten_from == {PRODUCE: 10, METADATA: 0, 4242: 2, 4243: 1}
     assert derived.tail_rewritten == (PRODUCE, 4242)
     assert derived.head_rewritten == (METADATA,)
     assert dict(derived.streamed_tails) == {4242: 1024}
-    assert dict(derived.decoded) == {PRODUCE: 10, METADATA: 0, 4242: 2}
-    assert dict(derived.requests) == {}
+    # What the lane must hold back and decode follows from the hooks registered.
+    assert dict(derived.decoded) == {PRODUCE: 10, METADATA: 0, 4242: 2, 4243: 0}
+    hooked = sys.modules["more_apis.hooked"]
+    assert dict(derived.requests) == {4243: hooked.FILTER}
+    assert dict(derived.response_hooks) == {4243: hooked.check}
+    assert dict(derived.responses_from) == {PRODUCE: 10, METADATA: 0, 4242: 2, 4243: 1}
 
 
 @pytest.mark.parametrize(
@@ -185,9 +207,10 @@ def test_a_module_that_declares_no_filter_or_a_key_twice_is_refused(
     ("kwargs", "error"),
     [
         ({}, "intercepts nothing"),
-        ({"mode": Mode.HEAD, "answer": print}, "needs rewritten_from"),
+        ({"mode": Mode.HEAD, "on_request": print}, "needs rewritten_from"),
+        ({"on_response": print}, "on_response needs rewritten_from"),
         ({"rewritten_from": 0, "stream_tail_from": 10}, "needs Mode.TAIL"),
-        ({"rewritten_from": 0, "any_version": True}, "need an answer hook"),
+        ({"rewritten_from": 0, "any_version": True}, "need an on_request hook"),
     ],
 )
 def test_a_filter_that_contradicts_itself_is_refused(kwargs: dict, error: str) -> None:

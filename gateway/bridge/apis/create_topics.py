@@ -1,0 +1,5 @@
+"""CreateTopics: field by field, both ways."""
+
+from ..conversion import Conversion
+
+CONVERSION = Conversion("CreateTopics")

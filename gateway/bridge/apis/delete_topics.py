@@ -1,0 +1,5 @@
+"""DeleteTopics: field by field, both ways."""
+
+from ..conversion import Conversion
+
+CONVERSION = Conversion("DeleteTopics")

@@ -1,0 +1,5 @@
+"""OffsetCommit: field by field, both ways."""
+
+from ..conversion import Conversion
+
+CONVERSION = Conversion("OffsetCommit")

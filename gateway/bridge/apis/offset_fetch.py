@@ -1,0 +1,5 @@
+"""OffsetFetch: field by field, both ways."""
+
+from ..conversion import Conversion
+
+CONVERSION = Conversion("OffsetFetch")

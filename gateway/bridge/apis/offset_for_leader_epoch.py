@@ -1,0 +1,5 @@
+"""OffsetForLeaderEpoch: field by field, both ways."""
+
+from ..conversion import Conversion
+
+CONVERSION = Conversion("OffsetForLeaderEpoch")
