@@ -330,8 +330,12 @@ def rewrite_frame(ctx: Exchange, response: ResponseFrame) -> bytes | bytearray |
             match hooked.on_response(ctx, entry, memoryview(body)):
                 case Close() as closing:
                     return closing
-                case Forward(data=bytes() as data):
+                case Forward(data=data) if data is not None:
                     body = data
+                case Forward():
+                    pass
+                case other:
+                    raise TypeError(f"a response hook returned {other!r}, not a verdict")
         if body is original:
             return response.frame  # unchanged: no copy of a possibly large fetch
     except Exception as exc:  # a broker bug must not cost the client its response

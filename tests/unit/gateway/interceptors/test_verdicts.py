@@ -11,12 +11,14 @@ ZooKeeper (test_update_features*.py), the bridge forwards an acks=0 produce unan
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from gateway.interceptors import dispatch, registry
 from gateway.interceptors.filter import (
     AS_IT_CAME,
     Answer,
@@ -28,7 +30,13 @@ from gateway.interceptors.filter import (
 )
 from gateway.interceptors.verdicts import carry_out
 from gateway.kafka_client import request_frame
-from gateway.protocol import InFlight, RequestFrame, parse_request_header
+from gateway.protocol import (
+    SASL_AUTHENTICATE,
+    InFlight,
+    RequestFrame,
+    ResponseFrame,
+    parse_request_header,
+)
 
 
 @dataclass
@@ -199,3 +207,56 @@ def test_later_work_that_fails_closes_the_connection_not_the_loop() -> None:
 def test_anything_else_is_a_bug_named_as_such() -> None:
     with pytest.raises(TypeError, match="not a verdict"):
         carry_out(Recorded(), held_back(), None)  # type: ignore[arg-type]
+
+
+# -- responses ---------------------------------------------------------------------------
+# SaslAuthenticate's filter with its response hook swapped: observed, so no address
+# rewrite runs before the hook and the verdict alone decides what the client gets.
+def _with_response_hook(monkeypatch: pytest.MonkeyPatch, hook: Any) -> Recorded:
+    declared = registry.FILTERS[SASL_AUTHENTICATE]
+    monkeypatch.setitem(
+        registry.FILTERS, SASL_AUTHENTICATE, dataclasses.replace(declared, on_response=hook)
+    )
+    return Recorded()
+
+
+def _response(body: bytes) -> ResponseFrame:
+    entry = InFlight().add(SASL_AUTHENTICATE, 2, 9, False)
+    payload = b"\0\0\0\x09\0" + body  # correlation id 9, no header tags (header v1)
+    return ResponseFrame(entry, len(payload).to_bytes(4, "big") + payload)
+
+
+def test_a_response_forwarded_as_it_came_is_the_same_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _with_response_hook(monkeypatch, lambda ctx, entry, body: AS_IT_CAME)
+    response = _response(b"body")
+    assert dispatch.rewrite_frame(ctx, response) is response.frame  # type: ignore[arg-type]
+
+
+def test_a_response_forwarded_changed_gets_the_new_body_after_its_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bytes] = []
+
+    def hook(ctx: Any, entry: Any, body: memoryview) -> Forward:
+        seen.append(bytes(body))
+        return Forward(b"longer body")
+
+    ctx = _with_response_hook(monkeypatch, hook)
+    out = dispatch.rewrite_frame(ctx, _response(b"body"))  # type: ignore[arg-type]
+    assert seen == [b"body"]
+    assert out == (16).to_bytes(4, "big") + b"\0\0\0\x09\0longer body"
+
+
+def test_a_response_hook_may_close_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    closing = Close("unexpected_answer", "the broker said so")
+    ctx = _with_response_hook(monkeypatch, lambda ctx, entry, body: closing)
+    assert dispatch.rewrite_frame(ctx, _response(b"body")) is closing  # type: ignore[arg-type]
+
+
+def test_a_response_hook_that_returns_no_verdict_costs_only_its_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx = _with_response_hook(monkeypatch, lambda ctx, entry, body: None)
+    response = _response(b"body")
+    assert dispatch.rewrite_frame(ctx, response) is response.frame  # type: ignore[arg-type]
+    assert ctx.actions == [("rewrite_failed", "TypeError")]
