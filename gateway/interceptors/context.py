@@ -3,7 +3,9 @@
 Interceptors (``gateway.interceptors.dispatch``) see a connection only through
 ``Exchange`` and the gateway only through ``GatewayView``: the negotiated versions, the
 feature gate, the principal, SASL login and peer, metrics, and the few actions that
-touch the wire (answer locally, forward an observed request, ask the upstream, close).
+touch the wire (answer locally, forward a held-back request, ask the upstream, close).
+Hooks only read it: what they decide, ``gateway.interceptors.verdicts`` does with these
+actions.
 ``gateway.server.exchange.ConnectionExchange`` (a part of each connection) and
 ``gateway.server.app.Gateway`` satisfy them structurally, so nothing here imports the
 server layer.
