@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -16,6 +13,7 @@ from gateway.bridge import apis, convert, plan
 from gateway.bridge.conversion import Conversion
 from gateway.bridge.messages import decode, encode
 from gateway.protocol import api_key_of
+from tests.unit.gateway.conftest import NewPackage
 
 
 def test_the_bridge_carries_exactly_the_declared_apis() -> None:
@@ -38,38 +36,27 @@ def test_a_conversion_names_one_of_kafkas_apis() -> None:
         Conversion("OffsetComit")
 
 
-@pytest.fixture
-def package_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
-
-
 def test_a_new_bridged_api_is_one_new_module(
-    package_root: Path, monkeypatch: pytest.MonkeyPatch
+    new_package: NewPackage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = package_root / "more_conversions"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "produce.py").write_text("from gateway.bridge.apis.produce import CONVERSION\n")
-    # AlterConfigs v0, which Kafka 4 kept, as if it had not: its answer's throttle doubled
-    # on the way down, to see the rule run.
-    (package / "alter_configs.py").write_text(
-        textwrap.dedent(
-            """
-            from gateway.bridge.conversion import Conversion
+    # AlterConfigs v0, which Kafka 4 kept, as if it had not: its answer's throttle set
+    # on the way down from what went up, to see both rules run.
+    more = new_package(
+        "more_conversions",
+        {
+            "produce": "from gateway.bridge.apis.produce import CONVERSION\n",
+            "alter_configs": """
+                from gateway.bridge.conversion import Conversion
 
-            def down(values, version, state):
-                values["ThrottleTimeMs"] = state * 2
-                return 0
+                def down(values, version, state):
+                    values["ThrottleTimeMs"] = state * 2
+                    return 0
 
-            CONVERSION = Conversion("AlterConfigs", up=lambda values: 21, down=down)
-            """
-        )
+                CONVERSION = Conversion("AlterConfigs", up=lambda values: 21, down=down)
+            """,
+        },
     )
-    found = declared.discover(importlib.import_module("more_conversions"), "CONVERSION", Conversion)
+    found = declared.discover(more, "CONVERSION", Conversion)
     alter_configs = api_key_of("AlterConfigs")
     assert [c.api_key for c in found] == [0, alter_configs]
     monkeypatch.setattr(convert, "CONVERSIONS", {c.api_key: c for c in found})

@@ -6,8 +6,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
-import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +22,7 @@ from gateway.protocol import (
     SASL_AUTHENTICATE,
     UPDATE_FEATURES,
 )
+from tests.unit.gateway.conftest import NewPackage
 
 
 def declared() -> dict[int, Filter]:
@@ -122,26 +121,8 @@ def test_the_lane_tables_keep_to_the_forwarded_rewritten_versions() -> None:
     assert set(dispatch.lane_walks(passthrough)) == {(PRODUCE, 10), (PRODUCE, 11)}
 
 
-def write_package(root: Path, name: str, modules: dict[str, str]) -> None:
-    package = root / name
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for module, source in modules.items():
-        (package / f"{module}.py").write_text(textwrap.dedent(source))
-
-
-@pytest.fixture
-def package_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
-
-
-def test_a_new_api_is_one_new_module(package_root: Path) -> None:
-    write_package(
-        package_root,
+def test_a_new_api_is_one_new_module(new_package: NewPackage) -> None:
+    more_apis = new_package(
         "more_apis",
         {
             # The real ones, unchanged, beside one more.
@@ -169,7 +150,7 @@ def test_a_new_api_is_one_new_module(package_root: Path) -> None:
             "_helpers": "NOT_AN_API = True\n",
         },
     )
-    derived = registry.derive(registry.discover(importlib.import_module("more_apis")))
+    derived = registry.derive(registry.discover(more_apis))
     assert derived.rewritten_from == {PRODUCE: 10, METADATA: 0, 4242: 2, 4243: 1}
     assert derived.tail_rewritten == (PRODUCE, 4242)
     assert derived.head_rewritten == (METADATA,)
@@ -196,11 +177,11 @@ def test_a_new_api_is_one_new_module(package_root: Path) -> None:
     ],
 )
 def test_a_module_that_declares_no_filter_or_a_key_twice_is_refused(
-    package_root: Path, modules: dict[str, str], error: str
+    new_package: NewPackage, modules: dict[str, str], error: str
 ) -> None:
-    write_package(package_root, "bad_apis", modules)
+    bad_apis = new_package("bad_apis", modules)
     with pytest.raises((TypeError, ValueError), match=error):
-        registry.discover(importlib.import_module("bad_apis"))
+        registry.discover(bad_apis)
 
 
 @pytest.mark.parametrize(
