@@ -1,11 +1,14 @@
 """``gateway/server/_lane.pyx``'s interface in Python: every read takes the Python path
 (the owner's ``data_received``, ``upstream_data``), whose readers call the scanner's
-twin first. What runs where it was not compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
+twin first, and what the owner returns is sent (``send``). What runs where it was not
+compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .outbox import ABORT, OPEN, Outbox, shut, write_all
 
 COMPILED = False
 
@@ -72,12 +75,27 @@ class Reads:
     def client_read(self, nbytes: int) -> None:
         if nbytes == READ_BYTES:
             self.flow.read_filled_client()
-        self.owner.data_received(RECV[:nbytes].tobytes())
+        self.send(self.owner.data_received(RECV[:nbytes].tobytes()))
 
     def upstream_read(self, nbytes: int) -> None:
         if nbytes == READ_BYTES:
             self.flow.read_filled_upstream()
-        self.owner.upstream_data(RECV[:nbytes].tobytes())
+        self.send(self.owner.upstream_data(RECV[:nbytes].tobytes()))
+
+    def send(self, out: Outbox) -> None:
+        closing = out.closing
+        if closing != ABORT:
+            if out.upstream and self.upstream is not None:
+                write_all(self.upstream, out.upstream)
+            if out.client and self.client is not None:
+                write_all(self.client, out.client)
+        if closing:
+            out.closing = OPEN
+            out.upstream.clear()
+            out.client.clear()
+            shut(closing, self.client, self.upstream)
+        if self.budget_on:
+            self.recharge_writes()
 
     def recharge_writes(self) -> None:
         now = self.partial

@@ -56,6 +56,16 @@ class RecordingTransport:
 T = TypeVar("T", bound=RecordingTransport)
 
 
+def client_read(conn: ClientConnection, data: bytes) -> None:
+    """A client read the lane left to the pair, sent as the lane sends what it gives."""
+    conn.reads.send(conn.data_received(data))
+
+
+def upstream_read(conn: ClientConnection, data: bytes) -> None:
+    """The same for an upstream read."""
+    conn.reads.send(conn.upstream_data(data))
+
+
 def connected(transport: Callable[[], T], **settings: object) -> tuple[ClientConnection, T, T]:
     """(connection, its client transport, its upstream transport), the upstream's
     versions negotiated (every version the gateway supports); ``settings`` are config."""
