@@ -83,17 +83,37 @@ class Reads:
         self.send(self.owner.upstream_data(RECV[:nbytes].tobytes()))
 
     def send(self, out: Outbox) -> None:
-        closing = out.closing
+        # Written out here, not through write_all: a call less on every read.
+        if out.closing:
+            self._send_closing(out)
+            return
+        pending = out.upstream
+        if pending and (transport := self.upstream) is not None:
+            if len(pending) == 1:
+                transport.write(pending[0])
+            else:
+                transport.writelines(pending)
+            pending.clear()
+        pending = out.client
+        if pending and (transport := self.client) is not None:
+            if len(pending) == 1:
+                transport.write(pending[0])
+            else:
+                transport.writelines(pending)
+            pending.clear()
+        if self.budget_on:
+            self.recharge_writes()
+
+    def _send_closing(self, out: Outbox) -> None:
+        closing, out.closing = out.closing, OPEN
         if closing != ABORT:
-            if out.upstream and self.upstream is not None:
+            if self.upstream is not None:
                 write_all(self.upstream, out.upstream)
-            if out.client and self.client is not None:
+            if self.client is not None:
                 write_all(self.client, out.client)
-        if closing:
-            out.closing = OPEN
-            out.upstream.clear()
-            out.client.clear()
-            shut(closing, self.client, self.upstream)
+        out.upstream.clear()
+        out.client.clear()
+        shut(closing, self.client, self.upstream)
         if self.budget_on:
             self.recharge_writes()
 

@@ -310,7 +310,7 @@ class Pair(Closing):
         return self.info.log_fields() if self.info is not None else {"peer": self.peer}
 
     def answered_here(self) -> None:
-        """A response made here went out (``exchange.answer``): a draining connection
+        """A response made here is in the outbox (``exchange.answer``): a draining one
         closes once none is left, as after an upstream's; else the scanner may go on."""
         if self.reads.draining:
             self.drained()
