@@ -197,9 +197,6 @@ cdef class Reads:
         if self.budget_on:
             self._recharge_writes()
 
-    def recharge_writes(self):
-        self._recharge_writes()
-
     cdef int _recharge_writes(self) except -1:
         """Charge the budget after a read the scanner took whole: the readers hold the
         partial frames they held at the last full count (the side that was read holds

@@ -83,28 +83,35 @@ class Reads:
         self.send(self.owner.upstream_data(RECV[:nbytes].tobytes()))
 
     def send(self, out: Outbox) -> None:
-        # Written out here, not through write_all: a call less on every read.
+        # The writes and the charge written out here, not called: this runs every read.
         if out.closing:
-            self._send_closing(out)
-            return
-        pending = out.upstream
-        if pending and (transport := self.upstream) is not None:
-            if len(pending) == 1:
-                transport.write(pending[0])
-            else:
-                transport.writelines(pending)
-            pending.clear()
-        pending = out.client
-        if pending and (transport := self.client) is not None:
-            if len(pending) == 1:
-                transport.write(pending[0])
-            else:
-                transport.writelines(pending)
-            pending.clear()
+            self._shut(out)
+        else:
+            pending = out.upstream
+            if pending and (transport := self.upstream) is not None:
+                if len(pending) == 1:
+                    transport.write(pending[0])
+                else:
+                    transport.writelines(pending)
+                pending.clear()
+            pending = out.client
+            if pending and (transport := self.client) is not None:
+                if len(pending) == 1:
+                    transport.write(pending[0])
+                else:
+                    transport.writelines(pending)
+                pending.clear()
         if self.budget_on:
-            self.recharge_writes()
+            now = self.partial
+            if (transport := self.client) is not None:
+                now += transport.get_write_buffer_size()
+            if (transport := self.upstream) is not None:
+                now += transport.get_write_buffer_size()
+            if now != self.charged:
+                self.limits.charge(self.limited, self.charged, now)
+                self.charged = now
 
-    def _send_closing(self, out: Outbox) -> None:
+    def _shut(self, out: Outbox) -> None:
         closing, out.closing = out.closing, OPEN
         if closing != ABORT:
             if self.upstream is not None:
@@ -114,15 +121,3 @@ class Reads:
         out.upstream.clear()
         out.client.clear()
         shut(closing, self.client, self.upstream)
-        if self.budget_on:
-            self.recharge_writes()
-
-    def recharge_writes(self) -> None:
-        now = self.partial
-        if self.client is not None:
-            now += self.client.get_write_buffer_size()
-        if self.upstream is not None:
-            now += self.upstream.get_write_buffer_size()
-        if now != self.charged:
-            self.limits.charge(self.limited, self.charged, now)
-            self.charged = now
