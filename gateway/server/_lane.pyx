@@ -18,7 +18,7 @@ interface with every read taking the Python path (whose readers call the scanner
 twin).
 
 Whether a read may go to the scanner at all (``scan_requests_ok``,
-``scan_responses_ok``) is the owner's to say (``ClientConnection.scan_state``): the
+``scan_responses_ok``) is the owner's to say (``pair.Pair.scan_state``): the
 reader of that side is between frames and no SASL exchange is on. The scanner's own
 reads never change it.
 """

@@ -24,6 +24,7 @@ class RecordingTransport:
         self.written = 0
         self.reading = True
         self.closed = False
+        self.aborted = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written += len(data)
@@ -45,6 +46,9 @@ class RecordingTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
 
     def can_write_eof(self) -> bool:
         return False  # as a TLS transport: a drained connection's close is plain close()

@@ -120,3 +120,15 @@ def test_an_answer_a_task_makes_goes_out_without_a_read() -> None:
         assert len(conn.inflight) == 0
 
     uvloop.run(main())
+
+
+def test_a_close_goes_out_after_what_came_before_it_and_an_abort_at_once() -> None:
+    conn, client, upstream = connected(CallsTransport)
+    asked, _ = describe_groups(1)
+    client_read(conn, asked + struct.pack(">i", -5) + bytes(8))  # a negative size
+    assert upstream.calls == [[asked]]  # the whole frame before the bad one, then closed
+    assert client.closed and upstream.closed and not client.aborted
+
+    conn, client, upstream = connected(CallsTransport)
+    conn.abort()  # a limit's close, outside any read
+    assert client.aborted and upstream.aborted
