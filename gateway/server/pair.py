@@ -185,9 +185,10 @@ class Pair(Closing):
     # -- from the upstream ---------------------------------------------------------
     def negotiated(
         self, upstream_ranges: dict[int, VersionRange], upstream_features: FeatureReport
-    ) -> Outbox:
-        """The upstream answered ApiVersions: serve the client's bytes held until now
-        (in a read of the upstream's: that read's caller sends what they give)."""
+    ) -> None:
+        """The upstream answered ApiVersions: serve the client's bytes held until now.
+        What they give goes into the outbox: with the read the answer came in (its
+        handler calls this), or told to the adapter (``wrote``) when called outside one."""
         # The copy every connection to this upstream shares (this one's own goes).
         self.upstream_ranges = self.gateway.negotiated(
             self.upstream_address, upstream_ranges, upstream_features
@@ -199,9 +200,10 @@ class Pair(Closing):
         for data in held:
             self.data_received(data)
             if self._closed:
-                return self.outbox
-        self.flow.resume_client(HELD)
-        return self.outbox
+                break
+        else:
+            self.flow.resume_client(HELD)
+        self.wrote()
 
     def renegotiate(self) -> None:
         """(Re)compute what this connection may use, e.g. after finalized levels changed.
