@@ -40,6 +40,7 @@ from ._codec import (
 from ._entry import InFlightRequest
 from ._events import (
     DroppedResponse,
+    Events,
     Item,
     ProtocolViolation,
     RequestFrame,
@@ -120,6 +121,7 @@ __all__ = [
     "ApiSpec",
     "ApiStats",
     "DroppedResponse",
+    "Events",
     "HeadFinder",
     "InFlight",
     "InFlightRequest",

@@ -1,16 +1,32 @@
 """What the readers hand out besides buffers to forward: the events of a stream.
 
-Order in a reader's output list is the order on the wire; the I/O layer keeps it.
+Order in a reader's output list is the order on the wire; the I/O layer keeps it. Each
+event names what takes it (``handled_by``: one method of ``Events``), so what takes a
+reader's output needs no switch on the event's type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ._entry import InFlightRequest
 from ._finders import HeadFinder, TailFinder
 from ._headers import RequestHeader
+
+
+class Events(Protocol):
+    """What takes a reader's events (``gateway.server.pair.Pair``), a method each. Each
+    returns True when the rest of that read is not taken (the connection closed)."""
+
+    def request_frame(self, item: RequestFrame) -> bool: ...
+    def response_frame(self, item: ResponseFrame) -> bool: ...
+    def response_head(self, item: ResponseHead) -> bool: ...
+    def response_tail(self, item: ResponseTail) -> bool: ...
+    def unreadable(self, item: UnreadableResponse) -> bool: ...
+    def dropped(self, item: DroppedResponse) -> bool: ...
+    def violation(self, item: ProtocolViolation) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +42,9 @@ class RequestFrame:
     frame: bytes
     request: InFlightRequest = field(compare=False)
 
+    def handled_by(self, events: Events) -> bool:
+        return events.request_frame(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ResponseFrame:
@@ -33,6 +52,9 @@ class ResponseFrame:
 
     request: InFlightRequest
     frame: bytes | bytearray
+
+    def handled_by(self, events: Events) -> bool:
+        return events.response_frame(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +67,9 @@ class ResponseTail:
 
     request: InFlightRequest
     tail: bytes
+
+    def handled_by(self, events: Events) -> bool:
+        return events.response_tail(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +85,9 @@ class ResponseHead:
     request: InFlightRequest
     head: bytes
 
+    def handled_by(self, events: Events) -> bool:
+        return events.response_head(self)
+
 
 @dataclass(frozen=True, slots=True)
 class UnreadableResponse:
@@ -67,6 +95,9 @@ class UnreadableResponse:
 
     request: InFlightRequest
     detail: str
+
+    def handled_by(self, events: Events) -> bool:
+        return events.unreadable(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +108,9 @@ class DroppedResponse:
     correlation_id: int
     size: int
     acks0: bool = False
+
+    def handled_by(self, events: Events) -> bool:
+        return events.dropped(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +123,11 @@ class ProtocolViolation:
 
     reason: str
     detail: str
+    # Whose stream it is: "client" (requests) or "upstream" (responses).
+    side: str = ""
+
+    def handled_by(self, events: Events) -> bool:
+        return events.violation(self)
 
 
 Item = (

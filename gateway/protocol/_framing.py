@@ -29,10 +29,12 @@ class FrameReader:
         "_max",
         "_pass",
         "_walk",
+        "side",
     )
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, side: str = "") -> None:
         self._max = max_frame_bytes
+        self.side = side  # whose stream, as its violations name it: "client", "upstream"
         self._pass = 0  # bytes of the current frame still to forward untouched
         self._drop = 0  # bytes of the current frame still to discard
         # The current frame, gathered whole (or the bytes read, when they are the frame).
@@ -132,7 +134,7 @@ class FrameReader:
 
     def _fail(self, out: list[Item], reason: str, detail: str) -> None:
         self._failed = True
-        out.append(ProtocolViolation(reason, detail))
+        out.append(ProtocolViolation(reason, detail, self.side))
 
     def _start_gather(
         self, mv: memoryview, pos: int, end: int, n: int, meta: object, out: list[Item]

@@ -43,7 +43,7 @@ class RequestReader(FrameReader):
         intercept: RequestPolicy | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
-        super().__init__(max_frame_bytes)
+        super().__init__(max_frame_bytes, "client")
         self._inflight = inflight
         self._intercept = intercept
         # What the scanner may take (``PlainTable``); None: every frame is read here.

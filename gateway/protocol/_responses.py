@@ -69,7 +69,7 @@ class ResponseReader(FrameReader):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         tail_policy: TailPolicy | None = None,
     ) -> None:
-        super().__init__(max_frame_bytes)
+        super().__init__(max_frame_bytes, "upstream")
         self._inflight = inflight
         self._intercept = intercept
         # Asked for each intercepted response whether to stream it (see TailPolicy).

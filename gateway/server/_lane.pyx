@@ -9,14 +9,16 @@ a Python frame, which is what made a forwarded request as cheap as haproxy's (se
 docs/hot-path.md). ``Reads`` is a component the connection holds, not its base: both
 sockets' protocols hand their reads to it (``client_read``, ``upstream_read`` are
 their ``buffer_updated``), and whatever the scanner leaves goes, in full, to its
-owner's Python path (``reads.Owner``: ``data_received``, ``upstream_data``); what the
-scanner took never reaches it again. A read that filled the buffer is told to the
+owner's Python path (``reads.Owner``, the sans-I/O ``pair.Pair``: ``data_received``,
+``upstream_data``), which returns what that gives each socket (``outbox.Outbox``); the
+reads send it (``send``: one write call a side, then the close it says). What the
+scanner took never reaches the owner. A read that filled the buffer is told to the
 connection's ``flow.Flow``. ``gateway/server/_lane_py.py`` is the same
 interface with every read taking the Python path (whose readers call the scanner's
 twin).
 
 Whether a read may go to the scanner at all (``scan_requests_ok``,
-``scan_responses_ok``) is the owner's to say (``ClientConnection.scan_state``): the
+``scan_responses_ok``) is the owner's to say (``pair.Pair.scan_state``): the
 reader of that side is between frames and no SASL exchange is on. The scanner's own
 reads never change it.
 """
@@ -27,6 +29,8 @@ from libc.stdint cimport int64_t
 
 from gateway.protocol._scan cimport match_responses, scan_requests
 from gateway.protocol._tables cimport Counts, PlainTable
+
+from gateway.server.outbox import ABORT, shut
 
 COMPILED = True
 
@@ -45,6 +49,17 @@ READ_BYTES = _READ_BYTES
 cdef bytearray _recv_array = bytearray(_READ_BYTES)
 RECV = memoryview(_recv_array)
 cdef char* _recv = _recv_array  # never resized: the pointer stays valid
+cdef int _ABORT = ABORT
+
+
+cdef inline int _write(transport, list items) except -1:
+    """``items`` to ``transport`` in one call (a writev for several); empties it."""
+    if len(items) == 1:
+        transport.write(items[0])
+    else:
+        transport.writelines(items)
+    PyList_SetSlice(items, 0, len(items), NULL)
+    return 0
 
 
 def get_buffer(Py_ssize_t sizehint):
@@ -55,8 +70,8 @@ def get_buffer(Py_ssize_t sizehint):
 cdef class Reads:
     """One connection's reads, both sides, and the state they keep in C."""
 
-    # Takes what the scanner leaves, and is told when a draining connection's
-    # responses were all taken (``reads.Owner``).
+    # Takes what the scanner leaves and returns what it gives the sockets, and is told
+    # when a draining connection's responses were all taken (``reads.Owner``).
     cdef readonly object owner
     # Told when a read filled the buffer (``flow.Flow``: that side yields the loop).
     cdef readonly object flow
@@ -113,7 +128,7 @@ cdef class Reads:
                 self.upstream.write(PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), taken))
                 self.bytes_in += taken
                 data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + taken, nbytes - taken)
-        self.owner.data_received(data)
+        self.send(self.owner.data_received(data))
 
     def upstream_read(self, Py_ssize_t nbytes):
         """The upstream socket's ``buffer_updated``."""
@@ -160,10 +175,27 @@ cdef class Reads:
                 return
             if taken:
                 data = PyBytes_FromStringAndSize(read + taken, nbytes - taken)
-        self.owner.upstream_data(data)
+        self.send(self.owner.upstream_data(data))
 
-    def recharge_writes(self):
-        self._recharge_writes()
+    cpdef send(self, out):
+        """Send what the owner's ``out`` (``outbox.Outbox``) holds: each side's in one
+        write call (what one read gives the client goes out in one system call), then
+        close as it says; then count the sockets' write buffers against the budget. The
+        owner's ``on_output`` too: what it gives outside a read goes out the same way."""
+        cdef list upstream = out.upstream, client = out.client
+        cdef int closing = out.closing
+        if closing != _ABORT:
+            if upstream and self.upstream is not None:
+                _write(self.upstream, upstream)
+            if client and self.client is not None:
+                _write(self.client, client)
+        if closing:
+            out.closing = 0
+            PyList_SetSlice(upstream, 0, len(upstream), NULL)
+            PyList_SetSlice(client, 0, len(client), NULL)
+            shut(closing, self.client, self.upstream)
+        if self.budget_on:
+            self._recharge_writes()
 
     cdef int _recharge_writes(self) except -1:
         """Charge the budget after a read the scanner took whole: the readers hold the

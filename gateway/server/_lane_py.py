@@ -1,11 +1,14 @@
 """``gateway/server/_lane.pyx``'s interface in Python: every read takes the Python path
 (the owner's ``data_received``, ``upstream_data``), whose readers call the scanner's
-twin first. What runs where it was not compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
+twin first, and what the owner returns is sent (``send``). What runs where it was not
+compiled, or with ``KAFKA_GATEWAY_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .outbox import ABORT, OPEN, Outbox, shut, write_all
 
 COMPILED = False
 
@@ -72,19 +75,49 @@ class Reads:
     def client_read(self, nbytes: int) -> None:
         if nbytes == READ_BYTES:
             self.flow.read_filled_client()
-        self.owner.data_received(RECV[:nbytes].tobytes())
+        self.send(self.owner.data_received(RECV[:nbytes].tobytes()))
 
     def upstream_read(self, nbytes: int) -> None:
         if nbytes == READ_BYTES:
             self.flow.read_filled_upstream()
-        self.owner.upstream_data(RECV[:nbytes].tobytes())
+        self.send(self.owner.upstream_data(RECV[:nbytes].tobytes()))
 
-    def recharge_writes(self) -> None:
-        now = self.partial
-        if self.client is not None:
-            now += self.client.get_write_buffer_size()
-        if self.upstream is not None:
-            now += self.upstream.get_write_buffer_size()
-        if now != self.charged:
-            self.limits.charge(self.limited, self.charged, now)
-            self.charged = now
+    def send(self, out: Outbox) -> None:
+        # The writes and the charge written out here, not called: this runs every read.
+        if out.closing:
+            self._shut(out)
+        else:
+            pending = out.upstream
+            if pending and (transport := self.upstream) is not None:
+                if len(pending) == 1:
+                    transport.write(pending[0])
+                else:
+                    transport.writelines(pending)
+                pending.clear()
+            pending = out.client
+            if pending and (transport := self.client) is not None:
+                if len(pending) == 1:
+                    transport.write(pending[0])
+                else:
+                    transport.writelines(pending)
+                pending.clear()
+        if self.budget_on:
+            now = self.partial
+            if (transport := self.client) is not None:
+                now += transport.get_write_buffer_size()
+            if (transport := self.upstream) is not None:
+                now += transport.get_write_buffer_size()
+            if now != self.charged:
+                self.limits.charge(self.limited, self.charged, now)
+                self.charged = now
+
+    def _shut(self, out: Outbox) -> None:
+        closing, out.closing = out.closing, OPEN
+        if closing != ABORT:
+            if self.upstream is not None:
+                write_all(self.upstream, out.upstream)
+            if self.client is not None:
+                write_all(self.client, out.client)
+        out.upstream.clear()
+        out.client.clear()
+        shut(closing, self.client, self.upstream)

@@ -5,7 +5,6 @@ connection."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
 from ..protocol import RequestReader, ResponseReader
@@ -19,11 +18,9 @@ class Buffering(Protocol):
     peer_ip: str
     # Client bytes held until the upstream's versions are known.
     held_size: int
-    client: asyncio.Transport | None
-    upstream: asyncio.Transport | None
     requests: RequestReader
     responses: ResponseReader
-    # Its compiled reads: byte counts and the charge.
+    # Its compiled reads: byte counts, the charge and the two sockets.
     reads: lane.Reads
     # Its pauses: MEMORY is the budget's.
     flow: Flow
@@ -52,18 +49,18 @@ class Budget:
         """Bytes counted against queued_max_request_bytes (ConnectionLimits.charge)."""
         return self._conn.reads.charged
 
-    def recharge(self) -> None:
-        """Count what the connection buffers now: after each read of the Python path."""
+    def recount(self) -> None:
+        """Count the partial frames and held bytes the pair buffers now (after each read
+        of the Python path): the reads add the sockets' write buffers once they sent what
+        the read gave them (``Reads.send``)."""
         conn = self._conn
-        reads = conn.reads
-        reads.partial = conn.held_size + conn.requests.buffered + conn.responses.buffered
-        reads.recharge_writes()
+        conn.reads.partial = conn.held_size + conn.requests.buffered + conn.responses.buffered
 
     def buffered(self) -> int:
         """Partial frames and bytes not yet written, both ways."""
         conn = self._conn
         held = conn.held_size + conn.requests.buffered + conn.responses.buffered
-        client, upstream = conn.client, conn.upstream
+        client, upstream = conn.reads.client, conn.reads.upstream
         if client is not None:
             held += client.get_write_buffer_size()
         if upstream is not None:

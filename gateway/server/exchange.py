@@ -11,6 +11,10 @@ synthesized DescribeCluster), shows it to an observer and forwards it as it came
 (``forward``: SaslAuthenticate), or rejects it as Kafka would; a response whose key asked
 for it comes back rewritten from ``dispatch.rewrite_*``.
 
+What interceptors send goes into the pair's outbox, never to a socket: in a read it goes
+out with the read's output, in its order; outside one (an answer a task made) the pair
+tells its adapter (``Pair.wrote``).
+
 The exchange also hears how the connection's SASL logins end (``sasl_settled``, as the
 sans-I/O login's ``LoginWatcher``) and applies them (``gateway.server.logins``)."""
 
@@ -38,6 +42,7 @@ from ..protocol import (
 )
 from ..versions import VersionRange
 from . import logins
+from .outbox import Outbox
 from .services import Folding, GatewayServices
 
 # Lines about bad input, which a client (or a broker) can trigger once per frame.
@@ -62,8 +67,8 @@ class Exchanging(Protocol):
     upstream_features: FeatureReport
     feature_report: FeatureReport
     inflight: InFlight
-    client: asyncio.Transport | None
-    upstream: asyncio.Transport | None
+    # What its sockets are to be given (``outbox.Outbox``).
+    outbox: Outbox
     # The connection's counts (``traffic.Traffic``): interceptors may fold them.
     traffic: Folding
 
@@ -73,6 +78,7 @@ class Exchanging(Protocol):
     def close(self) -> None: ...
     def who(self) -> dict[str, object]: ...
     def answered_here(self) -> None: ...
+    def wrote(self) -> None: ...
 
 
 class ConnectionExchange:
@@ -192,20 +198,23 @@ class ConnectionExchange:
         logins.settled(self._conn, login, previous)
 
     # -- what interceptors may do -------------------------------------------------------
+    # Nothing goes into a closed pair's outbox: its sockets are closed, or closing.
     def answer(self, entry: InFlightRequest, payload: bytes) -> None:
         conn = self._conn
         frames = conn.inflight.answer_locally(entry, frame(payload))
-        if conn.client is not None and frames:
-            conn.client.writelines(frames)
+        if frames and not conn.closed:
+            conn.outbox.client += frames
         conn.answered_here()
+        conn.wrote()
 
     def forward(self, request: RequestFrame) -> None:
         # Held back as answered requests are (its entry made then, in the client's
         # order), it goes upstream after all: its answer is now the broker's.
         request.request.to_upstream = True
-        upstream = self._conn.upstream
-        assert upstream is not None  # requests are read once the upstream answered
-        upstream.write(request.frame)
+        conn = self._conn
+        if not conn.closed:
+            conn.outbox.upstream.append(request.frame)
+            conn.wrote()
 
     def ask_upstream(
         self, api_key: int, build: Callable[[int], tuple[int, bytes]], handler: InternalHandler
@@ -215,20 +224,22 @@ class ConnectionExchange:
         version, request = build(correlation_id)
         entry = conn.inflight.add(api_key, version, correlation_id)
         entry.context = handler
-        assert conn.upstream is not None
-        conn.upstream.write(request)
+        if not conn.closed:
+            conn.outbox.upstream.append(request)
+            conn.wrote()
         return version
 
     def send_unanswered(self, entry: InFlightRequest, request: bytes) -> None:
         conn = self._conn
-        assert conn.upstream is not None
-        conn.upstream.write(request)
+        if not conn.closed:
+            conn.outbox.upstream.append(request)
         # No entry for it: only Kafka 4 upstreams are bridged, and Kafka answers no
         # acks=0 produce (an answer would be dropped as uncorrelated, and counted).
         frames = conn.inflight.withdraw(entry)
-        if conn.client is not None and frames:
-            conn.client.writelines(frames)
+        if frames and not conn.closed:
+            conn.outbox.client += frames
         conn.answered_here()
+        conn.wrote()
 
     def violation(self, side: str, reason: str, detail: str) -> None:
         self.violated(side, ProtocolViolation(reason, detail))

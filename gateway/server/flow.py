@@ -1,10 +1,17 @@
 """Flow control of a connection's two sides: how much each may buffer, and why its
-reading is paused (uvicorn's protocols pause and resume reading the same way)."""
+reading is paused (uvicorn's protocols pause and resume reading the same way).
+
+The one part of a pair that acts on its sockets itself, not through the pair's outbox: a
+pause takes effect at once, from within a read (the lane's yield, bytes held before
+negotiation), the limits' sweep or a write buffer's callback alike, and is idempotent per
+reason; returned as actions, every read would carry them for the rare one that pauses."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Protocol
+
+from .reads import lane
 
 # Large enough that a bulk fetch streams without stop-and-go (at 1 GB/s, 512 KiB is half
 # a millisecond of data, and the kernel's socket buffers hold more), small enough that
@@ -28,8 +35,8 @@ THROTTLED = 32  # held by max_connection_creation_rate until its token is due
 class Flowing(Protocol):
     """What the flow reads of its connection (``pair.Pair``)."""
 
-    client: asyncio.Transport | None
-    upstream: asyncio.Transport | None
+    # Its reads, which hold the two sockets (``client``, ``upstream``) once made.
+    reads: lane.Reads
 
     @property
     def closed(self) -> bool: ...
@@ -47,7 +54,7 @@ class Flow:
         self._client = self._upstream = 0  # each side's reasons
 
     def pause_client(self, reason: int) -> None:
-        client = self._conn.client
+        client = self._conn.reads.client
         if client is not None:
             if not self._client:
                 client.pause_reading()
@@ -57,11 +64,12 @@ class Flow:
         if self._client & reason:
             self._client &= ~reason
             conn = self._conn
-            if not self._client and conn.client is not None and not conn.closed:
-                conn.client.resume_reading()
+            client = conn.reads.client
+            if not self._client and client is not None and not conn.closed:
+                client.resume_reading()
 
     def pause_upstream(self, reason: int) -> None:
-        upstream = self._conn.upstream
+        upstream = self._conn.reads.upstream
         if upstream is not None:
             if not self._upstream:
                 upstream.pause_reading()
@@ -71,8 +79,9 @@ class Flow:
         if self._upstream & reason:
             self._upstream &= ~reason
             conn = self._conn
-            if not self._upstream and conn.upstream is not None and not conn.closed:
-                conn.upstream.resume_reading()
+            upstream = conn.reads.upstream
+            if not self._upstream and upstream is not None and not conn.closed:
+                upstream.resume_reading()
 
     def read_filled_client(self) -> None:
         """A client read filled the buffer: libuv would read this socket again in this
@@ -84,37 +93,3 @@ class Flow:
         """The same for an upstream read."""
         self.pause_upstream(SLICE)
         asyncio.get_running_loop().call_soon(self.resume_upstream, SLICE)
-
-
-# How long a drained connection's client has to read the last answers and close its end
-# before the gateway closes anyway (SIGTERM waits for it, within drain_timeout_s).
-LINGER_S = 2.0
-
-
-def linger_close(transport: asyncio.Transport) -> None:
-    """Close a drained client's connection with a FIN after the last answer, not a reset.
-
-    A drained connection stops reading requests, and a socket closed with bytes unread
-    is reset (RFC 1122 4.2.2.13): the client sees "connection reset by peer" where a
-    broker's close says "closed", and over a real network the reset discards whatever
-    of the last answers the kernel had not yet sent. So the gateway half-closes once
-    what is buffered went out, reads (and drops) what the client still sends, and
-    closes when the client does (``eof_received``) or after ``LINGER_S``.
-    """
-    if not transport.can_write_eof():  # TLS: close_notify, then the socket
-        transport.close()
-        return
-    transport.write_eof()
-    transport.resume_reading()
-    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
-
-
-def write_all(transport: asyncio.Transport, out: list[bytes | bytearray | memoryview]) -> None:
-    """Write ``out`` in one call (one system call when the socket takes it all); empty it."""
-    if len(out) == 1:
-        transport.write(out[0])
-    elif out:
-        transport.writelines(out)
-    else:
-        return
-    out.clear()

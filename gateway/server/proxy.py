@@ -1,12 +1,15 @@
 """One proxied connection's asyncio side: the adapter from the event loop's callbacks to
 its ``pair.Pair``, in the manner of uvicorn's ``h11_impl``.
 
-The pair (``gateway/server/pair.py``, no asyncio) owns the readers, the in-flight table
-and what the compiled lane may take, and decides what every read becomes. This module
-is what needs the loop: accepting the client (the limits' verdict, the creation-rate
-throttle, TLS identity and SNI route), starting ``dialing.dial``, giving the pair its
-two transports, and handing on the loop's callbacks (reads go to the compiled
-``reads``; lost sockets, write-buffer pauses and resumes to the pair and its ``flow``).
+The pair (``gateway/server/pair.py``, no asyncio, no socket) owns the readers, the
+in-flight table and what the compiled lane may take, and decides what every read
+becomes: it returns what to send to each socket and whether and how to close them (its
+``outbox.Outbox``). This module is what needs the loop: accepting the client (the
+limits' verdict, the creation-rate throttle, TLS identity and SNI route), starting
+``dialing.dial``, giving the two transports to the pair's ``reads`` (which send what a
+read gives, and the outbox the pair fills outside a read: ``on_output``), and handing
+on the loop's callbacks (reads go to the compiled ``reads``; lost sockets, write-buffer
+pauses and resumes to the pair and its ``flow``).
 
 Life of a connection: the client connects → the gateway dials the upstream and asks it
 ApiVersions on its own behalf → once the answer is in, the client's bytes (held until
@@ -49,6 +52,9 @@ class ClientConnection(Pair, asyncio.BufferedProtocol):
         # uvloop takes a protocol's buffer_updated once, when the transport is made: the
         # compiled reads' own method, so a read runs no Python frame here.
         self.buffer_updated = self.reads.client_read
+        # What the pair gives outside a read (an answer a task made, a close from the
+        # gateway or a limit) goes out at once, as a read's does.
+        self.on_output = self.reads.send
         # The pending start of a connection held by the creation-rate throttle.
         self._throttle: asyncio.TimerHandle | None = None
 
@@ -76,11 +82,11 @@ class ClientConnection(Pair, asyncio.BufferedProtocol):
 
     def _client_made(self, client: asyncio.Transport) -> None:
         client.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        self.client = self.reads.client = client
+        self.reads.client = client
 
     def _serve(self) -> None:
         """Start serving an accepted connection (at once, or after its throttle)."""
-        client = self.client
+        client = self.reads.client
         assert client is not None
         if self._throttle is not None:
             self._throttle = None
@@ -129,7 +135,7 @@ class ClientConnection(Pair, asyncio.BufferedProtocol):
     def upstream_made(self, upstream: asyncio.Transport) -> None:
         """``dial`` connected the upstream (its ApiVersions goes out next)."""
         upstream.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        self.upstream = self.reads.upstream = upstream
+        self.reads.upstream = upstream
 
 
 __all__ = ["READ_BYTES", "ClientConnection", "UpstreamConnection"]

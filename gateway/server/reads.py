@@ -3,15 +3,16 @@ compiled, else the same interface in Python (``_lane_py.py``), whose reads all t
 readers' way (they call the scanner's twin first).
 
 Either way ``lane.Reads`` is a component of the connection: both sockets' protocols hand
-it their reads (``client_read``, ``upstream_read``), it forwards what the scanner takes
-and hands the rest to its ``Owner``; a read that filled the buffer it tells the
-connection's ``flow.Flow`` (that side yields the loop)."""
+it their reads (``client_read``, ``upstream_read``), it forwards what the scanner takes,
+hands the rest to its ``Owner`` and sends what that returns (``send``); a read that
+filled the buffer it tells the connection's ``flow.Flow`` (that side yields the loop)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from ..protocol import SCANNER_COMPILED
+from .outbox import Outbox
 
 if SCANNER_COMPILED:
     from . import _lane as lane  # type: ignore[attr-defined]
@@ -41,11 +42,11 @@ RECV: memoryview = lane.RECV
 class Owner(Protocol):
     """What the reads call (``pair.Pair``: the Python path)."""
 
-    def data_received(self, data: bytes) -> None:
-        """A client read, or what the scanner left of it."""
+    def data_received(self, data: bytes) -> Outbox:
+        """A client read, or what the scanner left of it: what it gives the sockets."""
 
-    def upstream_data(self, data: bytes) -> None:
-        """An upstream read, or what the scanner left of it."""
+    def upstream_data(self, data: bytes) -> Outbox:
+        """An upstream read, or what the scanner left of it: what it gives the sockets."""
 
     def drained(self) -> None:
         """Draining, the scanner took a whole read of responses: close once none is left."""

@@ -62,7 +62,7 @@ _SASL = (SASL_HANDSHAKE, SASL_AUTHENTICATE)
 
 def may_ask(conn: ClientConnection) -> bool:
     """Whether a request of the gateway's own may go to ``conn``'s upstream now."""
-    if conn.closed or conn.draining or conn.upstream is None or conn.ranges is None:
+    if conn.closed or conn.draining or conn.ranges is None:  # ranges: upstream answered
         return False
     requests = conn.requests
     if requests.mid_frame or requests.held or conn.inflight.sasl.state:

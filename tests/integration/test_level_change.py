@@ -141,7 +141,7 @@ def nothing_lost(
 ) -> None:
     """Every record (the producer stopped) acknowledged, and read back exactly once,
     those sent after the change included; the drained connection closed as a broker's
-    does, not with a reset (``flow.linger_close``)."""
+    does, not with a reset (``outbox.linger_close``)."""
     disconnects = [line for line in producer.log.lines if "Disconnected" in line]
     assert disconnects, "the producer's connection was drained"
     assert not [line for line in disconnects if "reset" in line], disconnects

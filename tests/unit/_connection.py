@@ -24,6 +24,7 @@ class RecordingTransport:
         self.written = 0
         self.reading = True
         self.closed = False
+        self.aborted = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written += len(data)
@@ -46,6 +47,9 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
+    def abort(self) -> None:
+        self.closed = self.aborted = True
+
     def can_write_eof(self) -> bool:
         return False  # as a TLS transport: a drained connection's close is plain close()
 
@@ -54,6 +58,16 @@ class RecordingTransport:
 
 
 T = TypeVar("T", bound=RecordingTransport)
+
+
+def client_read(conn: ClientConnection, data: bytes) -> None:
+    """A client read the lane left to the pair, sent as the lane sends what it gives."""
+    conn.reads.send(conn.data_received(data))
+
+
+def upstream_read(conn: ClientConnection, data: bytes) -> None:
+    """The same for an upstream read."""
+    conn.reads.send(conn.upstream_data(data))
 
 
 def connected(transport: Callable[[], T], **settings: object) -> tuple[ClientConnection, T, T]:

@@ -44,7 +44,7 @@ from gateway.protocol._walk import tags_offset
 from gateway.server import proxy
 from gateway.server.proxy import ClientConnection, UpstreamConnection
 from gateway.versions import gateway_supported
-from tests.unit._connection import RecordingTransport, connected
+from tests.unit._connection import RecordingTransport, client_read, connected, upstream_read
 from tests.unit._kafka import (
     Req,
     build,
@@ -352,14 +352,14 @@ class Side:
             proxy._RECV[: len(data)] = data
             self.conn.buffer_updated(len(data))
         else:
-            self.conn.data_received(data)
+            client_read(self.conn, data)
 
     def upstream_read(self, data: bytes) -> None:
         if self.lane:
             proxy._RECV[: len(data)] = data
             self.upstream_side.buffer_updated(len(data))
         else:
-            self.conn.upstream_data(data)
+            upstream_read(self.conn, data)
 
     def answers(self, sent: dict[int, Req], rng: random.Random | None = None) -> bytes:
         """The broker's answers to the requests it got since the last call. Kafka

@@ -20,6 +20,7 @@ import uvloop
 
 from gateway.protocol import InFlight
 from gateway.server import proxy
+from gateway.server.outbox import Outbox
 from gateway.server.proxy import READ_BYTES, ClientConnection, UpstreamConnection
 from gateway.server.reads import lane
 from tests.unit._connection import RecordingTransport, connected
@@ -118,10 +119,12 @@ class RecordingPair:
         self.data: list[bytes] = []
         self.lost = asyncio.get_running_loop().create_future()
         self.reads = lane.Reads(self, self, InFlight(), 1 << 20)
+        self.outbox = Outbox()
         self.flow = self
 
-    def upstream_data(self, data: bytes) -> None:
+    def upstream_data(self, data: bytes) -> Outbox:
         self.data.append(data)
+        return self.outbox  # nothing for the sockets
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self.lost.set_result(exc)

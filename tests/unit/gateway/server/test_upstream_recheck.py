@@ -10,7 +10,7 @@ import asyncio
 import struct
 
 from gateway.server.upstream_recheck import UpstreamRecheck, may_ask
-from tests.unit._connection import RecordingTransport, connected
+from tests.unit._connection import RecordingTransport, client_read, connected
 from tests.unit._kafka import kio_request, request
 
 API_VERSIONS, SASL_HANDSHAKE, METADATA, PRODUCE = 18, 17, 3, 0
@@ -41,32 +41,32 @@ def metadata(correlation_id: int) -> bytes:
 def test_not_while_nothing_of_the_client_is_in_flight() -> None:
     conn, _, _ = connected(Frames)
     assert not may_ask(conn), "an idle client may be between two SASL steps"
-    conn.data_received(metadata(1))
+    client_read(conn, metadata(1))
     assert may_ask(conn)
 
 
 def test_not_inside_a_sasl_exchange() -> None:
     conn, _, _ = connected(Frames)
     handshake = request(SASL_HANDSHAKE, 1, 1, struct.pack(">h", 5) + b"PLAIN", header_version=1)
-    conn.data_received(handshake.frame)
+    client_read(conn, handshake.frame)
     assert not may_ask(conn)
-    conn.data_received(metadata(2))  # even with another request behind it
+    client_read(conn, metadata(2))  # even with another request behind it
     assert not may_ask(conn)
 
 
 def test_not_in_the_middle_of_a_request_frame() -> None:
     conn, _, _ = connected(Frames)
-    conn.data_received(metadata(1))
+    client_read(conn, metadata(1))
     whole = metadata(2)
-    conn.data_received(whole[:9])
+    client_read(conn, whole[:9])
     assert not may_ask(conn)
-    conn.data_received(whole[9:])
+    client_read(conn, whole[9:])
     assert may_ask(conn)
 
 
 def test_not_once_draining() -> None:
     conn, _, _ = connected(Frames)
-    conn.data_received(metadata(1))
+    client_read(conn, metadata(1))
     conn.drain()
     assert not may_ask(conn)
 
@@ -76,10 +76,10 @@ def test_an_api_versions_goes_out_only_between_two_requests() -> None:
         conn, _, upstream = connected(Frames)
         recheck = UpstreamRecheck(conn.gateway, lambda: [conn], 60.0)
         whole = metadata(2)
-        conn.data_received(metadata(1) + whole[:9])  # one whole, one begun
+        client_read(conn, metadata(1) + whole[:9])  # one whole, one begun
         recheck.ask(conn, sweep=True)
         assert upstream.keys == [METADATA], "nothing inside the begun frame"
-        conn.data_received(whole[9:])
+        client_read(conn, whole[9:])
         await asyncio.sleep(0.2)  # it is looked at again every 50 ms
         return upstream.keys
 
