@@ -25,9 +25,9 @@ What a hook returns is a verdict, never an action taken behind the connection's 
   in the client's order), ``Close`` (as Kafka closes on a request it will not serve),
   ``AskUpstream`` (the gateway's own request first; its answer decides) or ``Later`` (a
   coroutine decides: an answer that waits on ZooKeeper);
-* a response: ``Forward`` (as it came, or another body) or ``Close`` (counted as a
-  protocol violation by the upstream, whose answer it was; the responses before it
-  still reach the client).
+* a response: ``Forward`` (as it came, or another body) or ``Close`` (with a reason,
+  counted as a protocol violation by the upstream, whose answer it was; the responses
+  before it still reach the client).
 
 ``gateway.interceptors.verdicts`` carries them out. The declarations live one module
 per API in ``gateway.interceptors.apis``; the registry (``gateway.interceptors.registry``)
@@ -42,6 +42,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..observability.metrics import REJECT_REASONS
 from ..protocol import InFlightRequest, RequestFrame
 from ..versions import VersionRange
 from .context import Exchange, GatewayView
@@ -73,13 +74,18 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Close:
-    """Close the connection. With a ``reason``, logged and counted as a protocol
+    """Close the connection. With a ``reason`` (one of ``REJECT_REASONS``, the bounded
+    labels of kafka_gateway_rejected_requests_total), logged and counted as a protocol
     violation by ``side``; without one the hook has said why itself (a rejection is
     logged and counted as one)."""
 
     reason: str | None = None
     detail: str = ""
     side: str = "client"
+
+    def __post_init__(self) -> None:
+        if self.reason is not None and self.reason not in REJECT_REASONS:
+            raise ValueError(f"{self.reason!r} is not one of {REJECT_REASONS}")
 
 
 @dataclass(frozen=True, slots=True)

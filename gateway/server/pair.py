@@ -257,8 +257,11 @@ class Pair(Closing):
         if handler is None:
             rewritten = dispatch.rewrite_frame(self.exchange, item)
             if type(rewritten) is dispatch.Close:  # a response hook's verdict
-                why = rewritten.reason or "closed_by_filter"
-                return self.violation(ProtocolViolation(why, rewritten.detail, "upstream"))
+                if rewritten.reason is None:  # the hook said why itself
+                    self.close()
+                    return True
+                why = ProtocolViolation(rewritten.reason, rewritten.detail, "upstream")
+                return self.violation(why)
             self.outbox.client.append(rewritten)  # type: ignore[arg-type]
         else:
             # The gateway's own request: what its handler answers the client itself goes

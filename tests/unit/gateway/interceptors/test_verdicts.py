@@ -248,7 +248,7 @@ def test_a_response_forwarded_changed_gets_the_new_body_after_its_header(
 
 
 def test_a_response_hook_may_close_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    closing = Close("unexpected_answer", "the broker said so")
+    closing = Close("malformed_frame", "the broker said so")
     ctx = _with_response_hook(monkeypatch, lambda ctx, entry, body: closing)
     assert dispatch.rewrite_frame(ctx, _response(b"body")) is closing  # type: ignore[arg-type]
 
@@ -260,3 +260,8 @@ def test_a_response_hook_that_returns_no_verdict_costs_only_its_change(
     response = _response(b"body")
     assert dispatch.rewrite_frame(ctx, response) is response.frame  # type: ignore[arg-type]
     assert ctx.actions == [("rewrite_failed", "TypeError")]
+
+
+def test_a_close_reason_is_one_of_the_metrics_bounded_labels() -> None:
+    with pytest.raises(ValueError, match="is not one of"):
+        Close("because I said so")

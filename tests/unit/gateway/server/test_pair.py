@@ -10,10 +10,17 @@ the Python path (the pair's), as a read the compiled lane leaves does.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
+import pytest
+
+from gateway.bridge.messages import encode
 from gateway.config import load_config
 from gateway.features.report import NO_FEATURES
+from gateway.interceptors import registry
+from gateway.interceptors.filter import Close
+from gateway.protocol import DESCRIBE_CLUSTER
 from gateway.server.app import Gateway
 from gateway.server.outbox import ABORT, CLOSE, LINGER, OPEN, Outbox
 from gateway.server.pair import Pair
@@ -190,3 +197,44 @@ def test_a_client_gone_mid_request_is_an_abort_and_takes_the_upstream() -> None:
     assert metric(pair, "kafka_gateway_client_aborts_total") == 1
     assert pair.closed and taken(pair.outbox) == (b"", b"", CLOSE)
     assert pair.requests.buffered == 0 and pair.held_size == 0
+
+
+def test_a_response_hook_that_closes_closes_after_the_whole_answers_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # DescribeCluster's response hook swapped for one that closes (no real filter closes
+    # on a response today; the verdict is part of what a hook may return).
+    declared = registry.FILTERS[DESCRIBE_CLUSTER]
+    closing = Close("malformed_frame", "the broker said so")
+    monkeypatch.setitem(
+        registry.FILTERS,
+        DESCRIBE_CLUSTER,
+        dataclasses.replace(declared, on_response=lambda ctx, entry, body: closing),
+    )
+    pair = negotiated()
+    first, first_answer = describe_groups(1)
+    taken(
+        pair.data_received(
+            first
+            + kio_request(
+                "describe_cluster", 0, 2, include_cluster_authorized_operations=False
+            ).frame
+        )
+    )
+    body = encode(
+        "DescribeClusterResponse",
+        0,
+        {"ErrorMessage": None, "ClusterId": "c", "ControllerId": 1, "Brokers": []},
+    )
+    cluster_answer = struct.pack(">ii", 4 + 1 + len(body), 2) + b"\0" + body
+    out = pair.upstream_data(first_answer + cluster_answer)
+    assert taken(out) == (first_answer, b"", CLOSE)
+    assert pair.closed
+    refused = [
+        sample.value
+        for sample in pair.gateway.metrics.rejected.collect()[0].samples
+        if sample.name.endswith("_total")
+        and sample.labels["listener"] == "sidecar"
+        and sample.labels["reason"] == "malformed_frame"
+    ]
+    assert refused == [1]
