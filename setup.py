@@ -1,9 +1,9 @@
 """The compiled scanner and the connection reads that call it; everything else is in
 pyproject.toml.
 
-Cython (a build requirement) compiles gateway/protocol/_scan.py, _hotwire.py and
-_inflight_entry.py as they stand (each .pxd beside them gives the C types: Cython's
-pure Python mode), the C tables (_tables.pyx) and the reads (gateway/server/_lane.pyx).
+Cython (a build requirement) compiles gateway/protocol/_scan.py and _inflight_entry.py
+as they stand (each .pxd beside them gives the C types: Cython's pure Python mode), the
+C tables (_tables.pyx) and the reads (gateway/server/_lane.pyx).
 ``optional``: without a C compiler the install still succeeds, and the gateway runs the
 same .py files as plain Python over the tables' Python twins (_tables_py.py);
 tests/unit/gateway/protocol/test_lane.py fails in CI if that happened.
@@ -19,7 +19,6 @@ EXTENSIONS = cythonize(
         for name, path in (
             ("gateway.protocol._inflight_entry", "gateway/protocol/_inflight_entry.py"),
             ("gateway.protocol._tables", "gateway/protocol/_tables.pyx"),
-            ("gateway.protocol._hotwire", "gateway/protocol/_hotwire.py"),
             ("gateway.protocol._scan", "gateway/protocol/_scan.py"),
             ("gateway.server._lane", "gateway/server/_lane.pyx"),
         )

@@ -1,8 +1,8 @@
 # cython: language_level=3
 # The two reads of a frame's head in C, inline, for the compiled scanner's loops
-# (gateway/protocol/_scan.py, compiled): the Python build of the scanner reads them with
-# _hotwire.py's read_int32 and read_int16, whose C build is for _hotwire's own reads
-# (a call into another module for each head read would cost more than the read).
+# (gateway/protocol/_scan.py, compiled, cimports them as _scan.pxd says): the plain build
+# of the scanner reads them with _scan_names.py's read_int32 and read_int16 (a call into
+# another module for each head read would cost more than the read).
 
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint32_t
 

@@ -64,7 +64,7 @@ def produce_acks(
 ) -> int:
     """The ``acks`` of the Produce request whose api key is at ``payload[start]``, read
     within ``payload[:end]`` (-1: all of it) and only as far as that field, in place
-    (``_hotwire.produce_acks_at``, the rule the scanner runs too).
+    (``_scan.produce_acks_at``, the rule the scanner runs too).
 
     Raises Incomplete when the bytes end before acks, Malformed when a length before it
     cannot be (below -1, or a varint longer than 5 bytes).

@@ -1,8 +1,8 @@
 """The one-source files of the hot path as plain Python, in both builds: what the Python
 side runs.
 
-Cython compiles ``_hotwire.py``, ``_scan.py`` and ``_inflight_entry.py`` as they stand
-for the compiled scanner, whose functions are C functions there, which Python cannot
+Cython compiles ``_scan.py`` and ``_inflight_entry.py`` as they stand for the compiled
+scanner, whose functions are C functions there, which Python cannot
 call. The readers' loops (``_rules``), the in-flight table (``_inflight``) and the
 tables' twins (``_tables_py``) run the same files as plain Python, loaded here from
 their source whether or not a compiled build sits beside them: in a compiled process
@@ -32,13 +32,12 @@ def plain(module: str) -> ModuleType:
     return loaded
 
 
-_wire = plain("_hotwire")
-IMPOSSIBLE: int = _wire.IMPOSSIBLE
-NOT_HERE: int = _wire.NOT_HERE
-produce_acks_at = _wire.produce_acks_at
-read_int16 = _wire.read_int16
-scanner_takes_key = _wire.scanner_takes_key
 _scan = plain("_scan")
+IMPOSSIBLE: int = _scan.IMPOSSIBLE
+NOT_HERE: int = _scan.NOT_HERE
+produce_acks_at = _scan.produce_acks_at
+read_int16 = _scan.read_int16
+scanner_takes_key = _scan.scanner_takes_key
 answers = _scan.answers
 request_end = _scan.request_end
 response_end = _scan.response_end

@@ -5,8 +5,8 @@ Two loops, one per direction, apply them to the frames of a read:
 awaits an answer (a Produce's acks, ``produce_acks``), gives it an in-flight entry and
 counts it; ``take_responses`` reads each response's head and checks its size, matches
 it to the oldest entry (``takes_answer``) and counts it (``count_response``). The rules
-themselves are the scanner's (``_scan.py``, ``_hotwire.py``: one source, which the
-compiled scanner runs compiled), run here as plain Python (``_hot``). The readers
+themselves are the scanner's (``_scan.py``: one source, which the compiled scanner
+runs compiled), run here as plain Python (``_hot``). The readers
 (``RequestReader``, ``ResponseReader``) run these loops on what the scanner left, under
 their interceptors' policy, and handle only the frame where a loop stops: an
 intercepted one, a SaslHandshake, an acks=0 produce, a frame not all here yet, an answer

@@ -1,6 +1,6 @@
 # cython: language_level=3
 # The C types of _scan.py, which Cython compiles as it stands, and the C names its
-# compiled build uses where the plain one binds Python's (see _scan.py). The compiled
+# compiled build uses where the plain one binds Python's (_scan_names.py). The compiled
 # connection reads (gateway/server/_lane.pyx) call the two scans without a Python call.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
@@ -11,7 +11,6 @@ ctypedef const uint8_t* bytes_at
 ctypedef const int32_t* program_at
 
 from ._cwire cimport read_int16, read_int32
-from ._hotwire cimport produce_acks_at, tail_empty, walk_tail
 from ._inflight_entry cimport InFlightRequest
 from ._tables cimport (
     Counts,
@@ -50,14 +49,49 @@ cdef extern from *:
     """
     bytes head_start "gateway_head_start"(int64_t size, bytes buf, Py_ssize_t pos, bytes rewritten)
 
-cdef int _PRODUCE
+# const: _scan.py's one assignment of each becomes its C initialiser, a constant the C
+# compiler folds into the tests that read it (a plain global is loaded at each).
+cdef const int _PRODUCE
+cdef const Py_ssize_t NOT_HERE, IMPOSSIBLE
+cdef const int _W_SKIP, _W_BLOB, _W_STRUCT, _W_ARRAY_OF_ENTITIES, _W_ARRAY_OF_FIXED
+
+# ``inline`` on a declaration (the body is _scan.py's, the one source) makes the C
+# function ``static inline``: the C compiler, which keeps an out-of-line copy of each
+# function declared here (the module exports them to cimporting modules), inlined none
+# of these into the loops without it. Cython 3.1-3.3 warn "Declarations should not be
+# declared inline" (cython/cython#1736) and compile it as asked; the ones marked are
+# those the loops called out of line without it (bench/README.md has the cost).
+
+@cython.locals(result=int64_t, shift=int, byte=uint8_t)
+cdef (int64_t, Py_ssize_t) _uvarint(bytes_at buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil
+@cython.locals(value=int64_t)
+cdef inline (int64_t, Py_ssize_t) _length(
+    bytes_at buf, Py_ssize_t pos, Py_ssize_t end, bint flexible, int width
+) noexcept nogil
+@cython.locals(length=int64_t)
+cdef Py_ssize_t _skip_blob(
+    bytes_at buf, Py_ssize_t pos, Py_ssize_t end, bint flexible, int width
+) noexcept nogil
+@cython.locals(count=int64_t, size=int64_t, _tag=int64_t, _i=int64_t)
+cdef inline Py_ssize_t skip_tags(bytes_at buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil
+
+cdef inline Py_ssize_t produce_acks_at(bytes_at buf, Py_ssize_t pos, Py_ssize_t end, int version) noexcept nogil
+
+@cython.locals(
+    flags=int32_t, flexible=bint, step=Py_ssize_t, stop=Py_ssize_t, element=Py_ssize_t,
+    kind=int32_t, arg=int32_t, count=int64_t, _i=int64_t,
+)
+cdef Py_ssize_t walk_tail(
+    program_at program, Py_ssize_t at, bytes_at buf, Py_ssize_t pos, Py_ssize_t end
+) noexcept nogil
+cdef inline bint tail_empty(program_at program, bytes_at buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil
 
 cdef Py_ssize_t request_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
 cdef Py_ssize_t response_end(int64_t size, Py_ssize_t pos, int64_t max_frame_bytes) noexcept
 
 cdef bint answers(InFlightRequest entry, int correlation_id) noexcept
 @cython.locals(count=Py_ssize_t, entry=InFlightRequest)
-cdef bint releases_local(list entries, Py_ssize_t after) except -1
+cdef inline bint releases_local(list entries, Py_ssize_t after) except -1
 cdef bint takes_answer(
     InFlightRequest entry, int correlation_id, list entries, Py_ssize_t index, Py_ssize_t count
 ) except -1

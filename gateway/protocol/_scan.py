@@ -1,52 +1,26 @@
 # cython: language_level=3, annotation_typing=False, cdivision=True
 # cython: boundscheck=False, wraparound=False
-"""The scanner: pure functions over a read's bytes and the in-flight table, and the
-rules each frame they take is held to, in one source for both builds.
-
-Cython compiles this file as it stands (``_scan.pxd`` gives the C types), with the
-wire's reads (``_hotwire``) and the C tables (``_tables.pyx``, ``_inflight_entry``), for
-the connection's compiled reads (``gateway/server/_lane.pyx``); without a C compiler,
-or with ``KAFKA_GATEWAY_PURE_PYTHON=1``, the same file runs as plain Python over the
-tables' Python twins (``_tables_py``): ``_scanner`` says which build a process runs.
-The readers' own loops (``_rules``) run its rules as plain Python (``_hot``).
-tests/unit/gateway/protocol/test_scan.py holds the two builds to each other on the
-same inputs, and test_one_source.py fails if one of these rules is written twice.
-
-The readers (``RequestReader``, ``ResponseReader``) call the scanner first on a read
-that starts at a frame boundary, and handle only what it leaves. The scanner takes
-the frames the gateway forwards untouched, the commonest by far, and stops at the
-first frame that needs a decision: the readers then take that frame and the rest of
-the read. It never fails and never says why it stopped; a frame it leaves is read
-again, and judged, by the reader. Its contract:
-
-* ``scan_requests(buf, start, end, table, entries, counts, max_frame_bytes)`` takes the
-  whole requests from ``start`` whose key and version ``table`` (a ``PlainTable``) says
-  the gateway forwards and whose responses it forwards, walks or heads, that are not a
-  SaslHandshake, and, for a Produce, that have acks other than 0. Each gets an entry
-  at the end of ``entries`` (the in-flight table's, ``InFlight.entries``) and a count in
-  ``counts``; it returns the bytes taken, which go upstream as they came.
-* ``match_responses(buf, start, end, table, entries, counts, max_frame_bytes, pieces,
-  done)`` takes the whole responses from ``start`` that answer the table's oldest
-  entry, while answering it lets no local answer behind it go out (the reader releases
-  those). A walked response (Produce v10+, Fetch v16+) is taken only when its top-level
-  tagged section is empty (then nothing in it is rewritten); a headed one (Metadata)
-  only when its head is the one last rewritten (``table.heads``) for the address
-  book's generation now: its new start goes in ``pieces`` (the bytes before it too,
-  and after it up to what was taken), which then replace the taken bytes. Each
-  answered entry leaves the table, is counted, and goes to ``done`` when it is a list
-  (the request log). Returns the bytes taken.
-
-Only what reads the same in Python and in Cython is written here (see ``_hotwire``);
-the few names that differ between the builds (the C tables' clock and counts) are
-cimported by the compiled build (``_scan.pxd``) and bound below for the plain one.
-Why each rule holds: docs/protocol.md#wire-rules.
+"""The scanner: pure functions over a read's bytes and the in-flight table, and every
+rule its loops hold a frame to, in one source for both builds. Cython compiles this file
+as it stands (``_scan.pxd`` gives the C types) for the compiled reads (``_lane.pyx``),
+over the C tables (``_tables.pyx``, ``_inflight_entry``); the same file runs as plain
+Python over the tables' twins (``_tables_py``) without a C compiler or with
+``KAFKA_GATEWAY_PURE_PYTHON=1`` (``_scanner`` picks), and in the readers' loops
+(``_rules``, ``_headers``, through ``_hot``). test_scan.py holds the two builds to each
+other; test_one_source.py fails if a rule is written twice. Every rule the scans run per
+frame is in this one module so that the C compiler inlines it into the loops: a call
+into another compiled module goes through a pointer and is never inlined (bench/README.md).
+Only what reads the same in both builds is written here, and a function says "not here"
+or "impossible" by a value, not an exception (a cost the compiled loops cannot pay per
+frame); the names that differ are cimported (``_scan.pxd``) or imported from
+``_scan_names``. What the scans take and why: docs/hot-path.md#the-compiled-lane.
 """
 
 from __future__ import annotations
 
-import struct
-from time import perf_counter
 from typing import Any
+
+from ._apis import SASL_HANDSHAKE
 
 try:
     import cython
@@ -55,39 +29,187 @@ except ModuleNotFoundError:  # uncompiled, without Cython installed
 
 if not cython.compiled:  # the compiled build cimports these (_scan.pxd)
     from ._hot import plain
+    from ._scan_names import (
+        clock,
+        count_request,
+        count_response,
+        drop_first,
+        head_start,
+        keep_walk,
+        read_int16,
+        read_int32,
+    )
 
-    _wire = plain("_hotwire")
-    produce_acks_at = _wire.produce_acks_at
-    read_int16 = _wire.read_int16
-    read_int32 = _wire.read_int32
-    tail_empty = _wire.tail_empty
-    walk_tail = _wire.walk_tail
     InFlightRequest = plain("_inflight_entry").InFlightRequest
-    clock = perf_counter
-
-    def count_request(counts: Any, key: int, version: int) -> None:
-        counts.request(key, version)
-
-    def count_response(counts: Any, key: int, version: int, elapsed: float) -> None:
-        counts.response(key, version, elapsed)
-
-    def keep_walk(key: int, version: int, program: tuple[int, ...]) -> tuple[int, ...]:
-        return program
-
-    def drop_first(entries: list[Any], count: int) -> None:
-        del entries[:count]
-
-    _INT32 = struct.Struct(">i")
-
-    def head_start(size: int, buf: bytes, pos: int, rewritten: bytes) -> bytes:
-        return _INT32.pack(size) + buf[pos + 4 : pos + 8] + rewritten
-
 
 COMPILED = cython.compiled
 _PRODUCE = 0
+# Where a read or skip ends when the bytes end first (-1), or when what they say cannot
+# be (-2: a length below -1, a count that cannot fit in the bytes left).
+NOT_HERE = -1
+IMPOSSIBLE = -2
+# Walk steps' kinds (``_walk.tail_program``, whose kinds these are).
+_W_SKIP = 0
+_W_BLOB = 1
+_W_STRUCT = 3
+_W_ARRAY_OF_ENTITIES = 4
+_W_ARRAY_OF_FIXED = 5
 
 
-# -- frame bounds -------------------------------------------------------------------------
+# -- the wire: lengths and tagged sections in buf[:end], acks, the walk to the tail -----
+
+
+def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after); NOT_HERE at the end, IMPOSSIBLE past 5 bytes (an int32)."""
+    result = 0
+    shift = 0
+    while pos < end:
+        byte = buf[pos]
+        result |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 35:
+            return 0, IMPOSSIBLE
+    return 0, NOT_HERE
+
+
+def _length(buf: bytes, pos: int, end: int, flexible: bool, width: int) -> tuple[int, int]:
+    """A length or count and the position after: compact (uvarint of length + 1), or not."""
+    if flexible:
+        value, pos = _uvarint(buf, pos, end)
+        return value - 1, pos
+    if pos + width > end:
+        return 0, NOT_HERE
+    return (read_int16(buf, pos) if width == 2 else read_int32(buf, pos)), pos + width
+
+
+def _skip_blob(buf: bytes, pos: int, end: int, flexible: bool, width: int) -> int:
+    """Past a string, bytes or records (nullable: length -1)."""
+    length, pos = _length(buf, pos, end, flexible, width)
+    if pos < 0:
+        return pos
+    if length < -1:
+        return IMPOSSIBLE
+    if length > end - pos:
+        return NOT_HERE
+    return pos + length if length > 0 else pos
+
+
+def skip_tags(buf: bytes, pos: int, end: int) -> int:
+    """Past a tagged-field section (count, then tag, size and bytes each)."""
+    count, pos = _uvarint(buf, pos, end)
+    if pos < 0:
+        return pos
+    if count > end - pos:  # each field takes a byte at least
+        return NOT_HERE
+    for _i in range(count):
+        _tag, pos = _uvarint(buf, pos, end)
+        if pos < 0:
+            return pos
+        size, pos = _uvarint(buf, pos, end)
+        if pos < 0:
+            return pos
+        if size > end - pos:
+            return NOT_HERE
+        pos += size
+    return pos
+
+
+def produce_acks_at(buf: bytes, pos: int, end: int, version: int) -> int:
+    """Where the acks of the Produce request whose api key is at ``buf[pos]`` lie, read
+    within ``buf[:end]``; NOT_HERE when the bytes end first, IMPOSSIBLE when a length
+    before it cannot be. A Produce with acks=0 gets no answer from Kafka, so the
+    in-flight table must not wait for one."""
+    # After key, version and correlation id: client_id, a nullable int16 string in every
+    # header version; from v9 (header v2) tagged fields; from v3 a transactional_id
+    # (compact from v9). v0-v2 (Kafka 3.9 takes them) have acks right after the header.
+    pos = _skip_blob(buf, pos + 8, end, False, 2)
+    if pos >= 0 and version >= 9:
+        pos = skip_tags(buf, pos, end)
+    if pos >= 0 and version >= 3:
+        pos = _skip_blob(buf, pos, end, version >= 9, 2)
+    if pos >= 0 and pos + 2 > end:
+        return NOT_HERE
+    return pos
+
+
+def scanner_takes_key(key: int) -> bool:
+    """Whether a PlainTable may take requests of ``key``: not a SaslHandshake, whose
+    mechanism starts a login and which raw SASL tokens may follow (``_rules.TOKENS``)."""
+    return key != SASL_HANDSHAKE
+
+
+def walk_tail(program: Any, at: int, buf: bytes, pos: int, end: int) -> int:
+    """Where the program at ``program[at]`` (``_walk.tail_program``'s integers) ends over
+    ``buf`` from ``pos``; -1 when the bytes do not walk within ``buf[:end]``. A count
+    that cannot fit in what is left (each item takes a byte at least) is refused at once.
+    ``_walk.tags_offset`` walks the same schema resumably; the tests hold them to one end."""
+    flags = program[at]
+    flexible = flags & 1
+    step = at + 2
+    stop = step + program[at + 1]
+    while step < stop:
+        kind = program[step]
+        arg = program[step + 1]
+        step += 2
+        if kind == _W_SKIP:
+            pos += arg  # checked by the next read, or at the end
+            continue
+        if kind == _W_BLOB:
+            pos = _skip_blob(buf, pos, end, flexible, arg)
+            if pos < 0:
+                return -1
+            continue
+        element = step
+        if kind in (_W_STRUCT, _W_ARRAY_OF_ENTITIES):
+            step = element + 2 + program[element + 1]
+        if kind == _W_STRUCT:
+            if arg:  # nullable: a presence byte, int8 -1 for null (KIP-893)
+                if pos >= end:
+                    return -1
+                pos += 1
+                if buf[pos - 1] == 0xFF:
+                    continue
+            pos = walk_tail(program, element, buf, pos, end)
+            if pos < 0:
+                return -1
+            continue
+        count, pos = _length(buf, pos, end, flexible, 4)
+        if pos < 0 or count < -1 or count > end - pos:
+            return -1
+        if kind == _W_ARRAY_OF_FIXED:
+            if count > 0:
+                pos += count * arg
+            continue
+        for _i in range(count):
+            if kind == _W_ARRAY_OF_ENTITIES:
+                pos = walk_tail(program, element, buf, pos, end)
+            else:  # an array of strings or bytes
+                pos = _skip_blob(buf, pos, end, flexible, arg)
+            if pos < 0:
+                return -1
+    if flags & 2 and flexible:
+        if pos >= end:
+            return -1
+        pos = skip_tags(buf, pos, end)
+    if pos > end or pos < 0:
+        return -1
+    return pos
+
+
+def tail_empty(program: Any, buf: bytes, pos: int, end: int) -> bool:
+    """Whether the response from ``pos`` (after its correlation id) to ``end`` is a header
+    v1 and a body whose top-level tagged section, its last byte, is empty."""
+    pos = skip_tags(buf, pos, end)
+    if pos < 0:
+        return False
+    pos = walk_tail(program, 0, buf, pos, end)
+    return pos == end - 1 and buf[pos] == 0
+
+
+# -- the scans, and the rules they hold a frame to -------------------------------------
 
 
 def request_end(size: int, pos: int, max_frame_bytes: int) -> int:
@@ -106,15 +228,11 @@ def response_end(size: int, pos: int, max_frame_bytes: int) -> int:
     return pos + 4 + size
 
 
-# -- answers the oldest request -----------------------------------------------------------
-
-
 def answers(entry: Any, correlation_id: int) -> bool:
-    """Whether a response with ``correlation_id`` answers ``entry`` when ``entry`` is
-    the oldest request sent upstream that is not answered yet (a broker answers in
-    order; ``InFlight``): the ids match, and the request went upstream and awaits an
-    answer. (An acks=0 produce awaits none; ``InFlight.match_upstream`` says when a
-    response is its answer all the same.)"""
+    """Whether a response with ``correlation_id`` answers ``entry``, the oldest request
+    sent upstream not answered yet (a broker answers in order): the ids match, and it
+    went upstream and awaits an answer (an acks=0 produce awaits none;
+    ``InFlight.match_upstream`` says when a response is its answer all the same)."""
     return (
         entry.correlation_id == correlation_id
         and entry.expects_response
@@ -142,10 +260,9 @@ def takes_answer(
     entry: Any, correlation_id: int, entries: list[Any], index: int, count: int
 ) -> bool:
     """Whether the loops take a response with ``correlation_id`` as the answer to
-    ``entry``, ``entries[index]``, the oldest entry not answered yet (``count``: the
-    entries): it answers it (``answers``), no handler of the gateway's own waits for it
-    (``context``: the readers hand it over) and answering it lets no local answer behind
-    it go out (``releases_local``)."""
+    ``entries[index]`` (``entry``), the oldest not answered (of ``count``): it answers it
+    (``answers``), no handler of the gateway's own waits for it (``context``: the readers
+    hand it over) and answering it lets no local answer behind it go out (``releases_local``)."""
     return (
         entry.context is None
         and answers(entry, correlation_id)
@@ -153,14 +270,10 @@ def takes_answer(
     )
 
 
-# -- a head replaced ----------------------------------------------------------------------
-
-
 def replace_head(head: Any, buf: bytes, pos: int, written: int, pieces: list[bytes]) -> int:
-    """Put in ``pieces`` what comes before the response at ``pos`` since ``written``
-    and its new start: the length prefix for the new size, its correlation id and the
-    rewritten head (``head``: a LastHead, (original, rewritten, ...)). Returns up to
-    where ``buf`` is now in ``pieces``."""
+    """Put in ``pieces`` what comes before the response at ``pos`` since ``written`` and
+    its new start: the new length prefix, its correlation id and the rewritten head
+    (``head``: a LastHead, (original, rewritten, ...)). Returns how far ``pieces`` has ``buf``."""
     original: bytes = head[0]
     rewritten: bytes = head[1]
     if rewritten is original:
@@ -172,9 +285,6 @@ def replace_head(head: Any, buf: bytes, pos: int, written: int, pieces: list[byt
         pieces.append(p[written:pos])
     pieces.append(head_start(size, buf, pos, rewritten))
     return pos + 8 + old
-
-
-# -- the two scans ------------------------------------------------------------------------
 
 
 def tail_offset(key: int, version: int, program: tuple[int, ...], body: bytes) -> int:
@@ -193,8 +303,10 @@ def scan_requests(
     counts: Any,
     max_frame_bytes: int,
 ) -> int:
-    """Take the plain whole requests of ``buf[start:end]`` (see the module docstring);
-    return the bytes taken."""
+    """Take the whole requests from ``start`` that ``table`` (a ``PlainTable``) says the
+    gateway forwards, with answers it forwards, walks or heads, not a SaslHandshake, and
+    for a Produce acks other than 0; each gets an entry at the end of ``entries`` (the
+    in-flight table's) and a count. Returns the bytes taken, which go upstream as came."""
     p = buf  # compiled: the bytes' own memory
     pos = start
     now = clock()  # one clock a read: its requests arrived together
@@ -218,8 +330,9 @@ def scan_requests(
         entry.correlation_id = read_int32(p, pos + 8)
         entry.started = now
         entry.request_bytes = stop - pos
-        entry.response_bytes = 0
-        entry.local = entry.context = None
+        if not cython.compiled:  # compiled, the type's new has set these
+            entry.response_bytes = 0
+            entry.local = entry.context = None
         entry.to_upstream = entry.expects_response = True
         entries.append(entry)
         count_request(counts, key, version)
@@ -238,8 +351,11 @@ def match_responses(
     pieces: list[bytes],
     done: list[Any] | None,
 ) -> int:
-    """Take the whole responses of ``buf[start:end]`` that answer the table's oldest
-    plain entries (see the module docstring); return the bytes taken."""
+    """Take the whole responses from ``start`` that answer the oldest entries
+    (``takes_answer``): a walked one only when its top-level tagged section is empty, a
+    headed one when its head is the one last rewritten for the address book now (its new
+    start goes in ``pieces``, which replace the bytes taken). Each answered entry leaves
+    the table, is counted, and goes to ``done`` if a list. Returns the bytes taken."""
     if not entries:
         return 0
     p = buf

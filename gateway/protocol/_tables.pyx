@@ -3,7 +3,7 @@
 scanner takes (``PlainTable``) with the walk programs it keeps, and the scanner's
 counts. Their Python twins are in gateway/protocol/_tables_py.py (C arrays and C counts
 are no source plain Python can run); the rule they apply, which requests the scanner
-may take, is one (``_hotwire.scanner_takes_key``), and so is the in-flight entry both
+may take, is one (``_scan.scanner_takes_key``), and so is the in-flight entry both
 builds make (gateway/protocol/_inflight_entry.py).
 """
 

@@ -5,7 +5,7 @@ for the scanner's plain build (``_scan.py`` as plain Python, ``_scanner``): what
 where the scanner was not compiled (no C compiler at install time), or with
 ``KAFKA_GATEWAY_PURE_PYTHON=1``. tests/unit/gateway/protocol/test_scan.py holds the two
 builds equal on the same inputs. The C tables keep C arrays and C counts these cannot
-be the same source as; the rules both tables apply are one (``_hotwire``).
+be the same source as; the rule both tables apply is one (``_scan.scanner_takes_key``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ list and an index: a whole Produce v10+ or small Fetch v16+ response is walked o
 request, and this form costs no more than plain recursion (bench/walk_bench.py).
 
 The scanner walks the same programs, flattened (``tail_program``,
-``_hotwire.walk_tail``), compiled and as plain Python alike.
+``_scan.walk_tail``), compiled and as plain Python alike.
 """
 
 from __future__ import annotations

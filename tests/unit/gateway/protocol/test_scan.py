@@ -1,6 +1,6 @@
-"""The scanner's two builds are the same functions: gateway/protocol/_scan.py,
-_hotwire.py and _inflight_entry.py compiled, over the C tables (_tables.pyx), and the
-same files as plain Python, over the tables' Python twins (_tables_py.py). Fed the
+"""The scanner's two builds are the same functions: gateway/protocol/_scan.py and
+_inflight_entry.py compiled, over the C tables (_tables.pyx), and the same files as
+plain Python, over the tables' Python twins (_tables_py.py). Fed the
 same bytes and tables, they take the same bytes, make the same entries, count the same
 and leave the same.
 
